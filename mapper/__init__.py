@@ -1,0 +1,4 @@
+"""Graph-to-fabric mapping (``step_hdl.mapper``): lowering passes, binding, top level, Verilog.
+
+Not implemented yet; tracked in its own issue.
+"""

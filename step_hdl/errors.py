@@ -1,0 +1,52 @@
+"""Error types of the STeP language.
+
+Every error a user can cause names the operator kind, the node and, where it
+applies, the port, so that a message reads like
+``StepShapeError: Accum 'down_proj': rank 2 > input rank 1 (input 'in' has shape [B, 16])``.
+All of them derive from :class:`StepError` (itself a ``ValueError``), so a
+caller can catch one type.
+"""
+
+from __future__ import annotations
+
+
+class StepError(ValueError):
+    """Base class of all errors raised for a malformed STeP program."""
+
+
+class StepShapeError(StepError):
+    """A stream's rank or shape does not fit what an operator needs."""
+
+
+class StepTypeError(StepError):
+    """A stream's element type does not fit what an operator or function needs."""
+
+
+class StepGraphError(StepError):
+    """The graph's structure is wrong: dangling input, double consumption, bad cycle."""
+
+
+class StepRuntimeError(StepError):
+    """The interpreter found tokens that contradict the declared program."""
+
+
+class StepDeadlockError(StepRuntimeError):
+    """No process can make progress but the program has not finished.
+
+    Attributes
+    ----------
+    blocked : list of str
+        ``"node.port"`` names of the channels each stuck process waits on.
+    pending : dict of str to int
+        Channels that still hold undelivered tokens, with their counts.
+    """
+
+    def __init__(self, message: str, blocked: list[str], pending: dict[str, int]):
+        super().__init__(message)
+        self.blocked = blocked
+        self.pending = pending
+
+
+def where(kind: str, name: str, port: str | None = None) -> str:
+    """The ``Kind 'name'`` (or ``Kind 'name' port 'p'``) prefix of an error message."""
+    return f"{kind} '{name}'" + (f" port '{port}'" if port else "")

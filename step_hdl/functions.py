@@ -1,0 +1,645 @@
+"""The function library: what ``fn`` of Map, Accum, Scan and FlatMap can be.
+
+Every function has a numpy reference (:meth:`FnSpec.apply`), a type rule
+(:meth:`FnSpec.out_type`) that rejects wrong operands at graph construction, and
+a FLOP count per call (spec section 3: matmul ``2·m·k·n``; add/sub/mul/div 1 per
+element; exp 4; SiLU 8; row sum/max 1 per input element; requantize 1 per
+element; pure data movement 0).
+
+Integer arithmetic is defined here once, bit for bit, so that the RTL can match
+it exactly:
+
+* ``add``/``sub``/``mul``/``matmul``/``row_sum`` on integer tiles produce int32,
+  computed exactly and wrapped modulo 2**32 (what a 32-bit accumulator does);
+* ``requantize(shift, dtype)`` is an arithmetic right shift (floor) followed by
+  saturation to ``dtype``;
+* ``silu`` and ``exp`` on int8/int16 treat values as fixed point with ``frac``
+  fractional bits; their approximations are given in :func:`silu_fixed` and
+  :func:`exp_fixed`.
+
+bf16 values are held in float32 arrays and rounded to bf16 (round to nearest
+even) after every operation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from .errors import StepTypeError
+from .types import DType, Index, Selector, Tile, TupleType, as_dim, dim_str, dims_equal, dtype, dyn
+
+INT32 = dtype("int32")
+
+
+# --------------------------------------------------------------------------- numeric helpers
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Wrap exact integers (int64) to int32, as a 32-bit register does."""
+    return (np.asarray(x, dtype=np.int64).astype(np.uint64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def saturate(x: np.ndarray, dt: DType) -> np.ndarray:
+    """Clamp exact integers to the range of integer type ``dt``."""
+    return np.clip(np.asarray(x, dtype=np.int64), dt.min, dt.max).astype(dt.numpy)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to bf16 precision (round to nearest even), kept as float32."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounding = ((bits >> 16) & 1) + 0x7FFF
+    out = ((bits + rounding) >> 16 << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), out).astype(np.float32)
+
+
+def cast(x: np.ndarray, dt: DType) -> np.ndarray:
+    """Represent ``x`` as a tile of element type ``dt`` (integers wrap to int32 only)."""
+    if dt.name == "bf16":
+        return round_bf16(x)
+    if dt.name == "fp32":
+        return np.asarray(x, dtype=np.float32)
+    if dt.name == "int32":
+        return wrap_int32(x)
+    return saturate(x, dt)
+
+
+def silu_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
+    """Fixed-point SiLU, bit-exact definition.
+
+    ``sigmoid(x) ≈ clamp(x/4 + 1/2, 0, 1)`` (a hard sigmoid with the true slope
+    at 0), computed as ``h = clamp((x >> 2) + (1 << frac) / 2, 0, 1 << frac)``;
+    then ``silu(x) = saturate((x * h) >> frac)``. Shifts are arithmetic (floor).
+    """
+    x = np.asarray(x, dtype=np.int64)
+    one = 1 << frac
+    h = np.clip((x >> 2) + (one >> 1), 0, one)
+    return saturate((x * h) >> frac, dt)
+
+
+# 2**f ≈ 1 + f·(A + B·f) on f in [0, 1): exact at both ends, max error about 0.2 %.
+_EXP2_A = 0.6565
+_EXP2_B = 1.0 - _EXP2_A
+_LOG2E_Q14 = round(math.log2(math.e) * (1 << 14))
+
+
+def exp_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
+    """Fixed-point exp, bit-exact definition.
+
+    With ``one = 1 << frac``: ``t = (x * round(log2(e)·2**14)) >> 14`` is ``x·log2(e)``;
+    ``n = t >> frac`` (floor) and ``f = t - (n << frac)``;
+    ``p = one + ((f * (A + ((B * f) >> frac))) >> frac)`` with
+    ``A = round(0.6565·one)``, ``B = one - A`` approximates ``2**f``;
+    the result is ``p >> -n`` for ``n <= 0`` and ``saturate(p << n)`` otherwise.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    one = 1 << frac
+    a = round(_EXP2_A * one)
+    b = one - a
+    t = (x * _LOG2E_Q14) >> 14
+    n = t >> frac
+    f = t - (n << frac)
+    p = one + ((f * (a + ((b * f) >> frac))) >> frac)
+    neg = np.minimum(-n, 62)
+    pos = np.minimum(n, 40)
+    out = np.where(n <= 0, p >> neg, p << np.maximum(pos, 0))
+    return saturate(out, dt)
+
+
+# --------------------------------------------------------------------------- function objects
+
+@dataclass(frozen=True)
+class Fn:
+    """A function reference with its parameters, as used in a graph (``fn('silu', frac=8)``)."""
+
+    name: str
+    params: tuple = field(default=())
+
+    @property
+    def spec(self) -> "FnSpec":
+        return FUNCTIONS[self.name]
+
+    def param(self, key, default=None):
+        return dict(self.params).get(key, default)
+
+    def to_json(self) -> dict:
+        return {"fn": self.name, **{k: (dim_str(v) if isinstance(v, sympy.Expr) else v) for k, v in self.params}}
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={dim_str(v) if isinstance(v, sympy.Expr) else v}" for k, v in self.params)
+        return f"{self.name}({args})" if args else self.name
+
+
+def fn(name: str, **params) -> Fn:
+    """Make a validated function reference, e.g. ``fn('requantize', shift=8, dtype='int16')``."""
+    if isinstance(name, Fn):
+        return name
+    if name not in FUNCTIONS:
+        raise StepTypeError(f"unknown function {name!r}; known functions: {', '.join(sorted(FUNCTIONS))}")
+    spec = FUNCTIONS[name]
+    missing = [p for p in spec.required if p not in params]
+    extra = [p for p in params if p not in spec.required and p not in spec.optional]
+    if missing:
+        raise StepTypeError(f"function {name!r} needs parameter(s) {missing}")
+    if extra:
+        raise StepTypeError(f"function {name!r} has no parameter(s) {extra}; "
+                            f"it takes {list(spec.required) + list(spec.optional)}")
+    clean = spec.check_params(dict(params))
+    return Fn(name, tuple(sorted(clean.items())))
+
+
+def fn_from_json(obj) -> Fn:
+    if isinstance(obj, str):
+        return fn(obj)
+    if not isinstance(obj, dict) or "fn" not in obj:
+        raise StepTypeError(f"a function must be a name or {{'fn': name, ...}}, got {obj!r}")
+    obj = dict(obj)
+    return fn(obj.pop("fn"), **obj)
+
+
+class FnSpec:
+    """One library function. Subclasses define the type rule, numpy reference and cost."""
+
+    name = ""
+    arity = 1                # number of operands (0 for init functions)
+    kind = "map"             # "map", "init" or "flatmap"
+    required: tuple = ()
+    optional: tuple = ()
+
+    def check_params(self, params: dict) -> dict:
+        return params
+
+    def out_type(self, f: Fn, *ins):
+        raise NotImplementedError
+
+    def apply(self, f: Fn, *xs):
+        raise NotImplementedError
+
+    def flops(self, f: Fn, *ins) -> sympy.Expr:
+        return sympy.Integer(0)
+
+    def accum_type(self, f: Fn, state, elem, count):
+        """State type after ``count`` updates (Accum); default: the state type is fixed."""
+        out = self.out_type(f, state, elem)
+        if out != state:
+            raise StepTypeError(f"update function {f} turns state {state} into {out}; "
+                                f"an Accum/Scan state must keep its type")
+        return state
+
+
+FUNCTIONS: dict[str, FnSpec] = {}
+
+
+def _register(cls):
+    FUNCTIONS[cls.name] = cls()
+    return cls
+
+
+def _tile(t, f: Fn, what="operand") -> Tile:
+    if not isinstance(t, Tile):
+        raise StepTypeError(f"function {f} needs a tile {what}, got {t}")
+    return t
+
+
+def _binary_dtype(f: Fn, a: Tile, b: Tile) -> DType:
+    if a.dtype.is_int != b.dtype.is_int or (not a.dtype.is_int and a.dtype != b.dtype):
+        raise StepTypeError(f"function {f} cannot combine {a.dtype} and {b.dtype}")
+    return INT32 if a.dtype.is_int else a.dtype
+
+
+def _int_or_float(x: np.ndarray, dt: DType) -> np.ndarray:
+    return x.astype(np.int64) if dt.is_int else x.astype(np.float32)
+
+
+class _Elementwise(FnSpec):
+    arity = 2
+    cost = 1
+
+    def out_type(self, f, a, b):
+        a, b = _tile(a, f), _tile(b, f, "second operand")
+        dt = _binary_dtype(f, a, b)
+        rows = self._bcast(f, a.rows, b.rows, "rows")
+        cols = self._bcast(f, a.cols, b.cols, "cols")
+        return Tile(dt, rows, cols)
+
+    @staticmethod
+    def _bcast(f, x, y, what):
+        if dims_equal(y, 1):
+            return x
+        if dims_equal(x, 1):
+            return y
+        if dims_equal(x, y) is False:
+            raise StepTypeError(f"function {f}: operand {what} {dim_str(x)} and {dim_str(y)} "
+                                f"differ (one of them may be 1 to broadcast)")
+        return x
+
+    def apply(self, f, a, b):
+        dt = INT32 if a.dtype.kind == "i" else dtype("fp32")  # bf16 is rounded by apply_typed
+        return cast(self.op(_int_or_float(a, dt), _int_or_float(b, dt), dt), dt)
+
+    def flops(self, f, a, b):
+        out = self.out_type(f, a, b)
+        return self.cost * out.rows * out.cols
+
+
+@_register
+class Add(_Elementwise):
+    name = "add"
+    op = staticmethod(lambda a, b, dt: a + b)
+
+
+@_register
+class Sub(_Elementwise):
+    name = "sub"
+    op = staticmethod(lambda a, b, dt: a - b)
+
+
+@_register
+class Mul(_Elementwise):
+    name = "mul"
+    op = staticmethod(lambda a, b, dt: a * b)
+
+
+@_register
+class Max(_Elementwise):
+    name = "max"
+    op = staticmethod(lambda a, b, dt: np.maximum(a, b))
+
+
+@_register
+class Div(_Elementwise):
+    name = "div"
+    op = staticmethod(lambda a, b, dt: a / b)
+
+    def out_type(self, f, a, b):
+        out = super().out_type(f, a, b)
+        if out.dtype.is_int:
+            raise StepTypeError(f"function {f} needs floating-point tiles, got {a.dtype} and {b.dtype}")
+        return out
+
+
+@_register
+class MatMul(FnSpec):
+    """``a @ b``: ``[m, k] x [k, n] -> [m, n]``; ``transpose_b=True`` takes ``b`` as ``[n, k]``."""
+
+    name = "matmul"
+    arity = 2
+    optional = ("transpose_b",)
+
+    def check_params(self, params):
+        params.setdefault("transpose_b", False)
+        if not isinstance(params["transpose_b"], bool):
+            raise StepTypeError(f"matmul: transpose_b must be true or false, got {params['transpose_b']!r}")
+        return params
+
+    def _dims(self, f, a, b):
+        a, b = _tile(a, f), _tile(b, f, "second operand")
+        bk, bn = (b.cols, b.rows) if f.param("transpose_b") else (b.rows, b.cols)
+        if dims_equal(a.cols, bk) is False:
+            raise StepTypeError(f"function {f}: inner dimensions differ: {a} x {b}")
+        return a, b, bn
+
+    def out_type(self, f, a, b):
+        a, b, bn = self._dims(f, a, b)
+        return Tile(_binary_dtype(f, a, b), a.rows, bn)
+
+    def apply(self, f, a, b):
+        if f.param("transpose_b"):
+            b = b.T
+        if a.dtype.kind == "i":
+            return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float32)  # bf16: apply_typed
+
+    def flops(self, f, a, b):
+        a, b, bn = self._dims(f, a, b)
+        return 2 * a.rows * a.cols * bn
+
+
+class _Unary(FnSpec):
+    arity = 1
+    cost = 1
+
+    def out_type(self, f, a):
+        return _tile(a, f)
+
+    def flops(self, f, a):
+        a = _tile(a, f)
+        return self.cost * a.rows * a.cols
+
+
+def _frac_param(params, name):
+    params.setdefault("frac", 8)
+    if not isinstance(params["frac"], int) or not 0 <= params["frac"] <= 14:
+        raise StepTypeError(f"{name}: frac must be an integer in 0..14, got {params['frac']!r}")
+    return params
+
+
+@_register
+class Silu(_Unary):
+    """SiLU ``x·sigmoid(x)``; fixed point on int8/int16 (see :func:`silu_fixed`)."""
+
+    name = "silu"
+    cost = 8
+    optional = ("frac",)
+
+    def check_params(self, params):
+        return _frac_param(params, "silu")
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if a.dtype.name == "int32":
+            raise StepTypeError(f"function {f}: fixed-point silu takes int8 or int16, got int32 "
+                                f"(requantize first)")
+        return a
+
+    def apply(self, f, a):
+        if a.dtype.kind == "i":
+            return silu_fixed(a, f.param("frac"), _np_dtype(a))
+        x = a.astype(np.float32)
+        return (x / (np.float32(1) + np.exp(-x))).astype(np.float32)
+
+
+@_register
+class Exp(_Unary):
+    """``exp(x)``; fixed point on int8/int16 (see :func:`exp_fixed`)."""
+
+    name = "exp"
+    cost = 4
+    optional = ("frac",)
+
+    def check_params(self, params):
+        return _frac_param(params, "exp")
+
+    out_type = Silu.out_type
+
+    def apply(self, f, a):
+        if a.dtype.kind == "i":
+            return exp_fixed(a, f.param("frac"), _np_dtype(a))
+        return np.exp(a.astype(np.float32)).astype(np.float32)
+
+
+def _np_dtype(a: np.ndarray) -> DType:
+    return {np.dtype(np.int8): dtype("int8"), np.dtype(np.int16): dtype("int16"),
+            np.dtype(np.int32): INT32}[a.dtype]
+
+
+@_register
+class Requantize(_Unary):
+    """Arithmetic right shift by ``shift`` (floor), then saturate to ``dtype``."""
+
+    name = "requantize"
+    required = ("shift", "dtype")
+
+    def check_params(self, params):
+        if not isinstance(params["shift"], int) or not 0 <= params["shift"] <= 31:
+            raise StepTypeError(f"requantize: shift must be an integer in 0..31, got {params['shift']!r}")
+        dt = dtype(params["dtype"])
+        if not dt.is_int:
+            raise StepTypeError(f"requantize: dtype must be an integer type, got {dt}")
+        params["dtype"] = dt.name
+        return params
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if not a.dtype.is_int:
+            raise StepTypeError(f"function {f} takes integer tiles, got {a.dtype}")
+        return Tile(dtype(f.param("dtype")), a.rows, a.cols)
+
+    def apply(self, f, a):
+        return saturate(a.astype(np.int64) >> f.param("shift"), dtype(f.param("dtype")))
+
+
+class _RowReduce(_Unary):
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        return Tile(INT32 if a.dtype.is_int and self.name == "row_sum" else a.dtype, a.rows, 1)
+
+
+@_register
+class RowSum(_RowReduce):
+    name = "row_sum"
+
+    def apply(self, f, a):
+        if a.dtype.kind == "i":
+            return wrap_int32(a.astype(np.int64).sum(axis=1, keepdims=True))
+        return a.astype(np.float32).sum(axis=1, keepdims=True, dtype=np.float32)
+
+
+@_register
+class RowMax(_RowReduce):
+    name = "row_max"
+
+    def apply(self, f, a):
+        return a.max(axis=1, keepdims=True)
+
+
+@_register
+class Affine(_Unary):
+    """Index arithmetic ``x·scale + offset`` on ``[1, 1]`` (or any) integer tiles."""
+
+    name = "affine"
+    optional = ("scale", "offset")
+    cost = 0
+
+    def check_params(self, params):
+        params.setdefault("scale", 1)
+        params.setdefault("offset", 0)
+        for k in ("scale", "offset"):
+            if not isinstance(params[k], int):
+                raise StepTypeError(f"affine: {k} must be an integer, got {params[k]!r}")
+        return params
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if not a.dtype.is_int:
+            raise StepTypeError(f"function {f} takes integer tiles, got {a.dtype}")
+        return Tile(INT32, a.rows, a.cols)
+
+    def apply(self, f, a):
+        return wrap_int32(a.astype(np.int64) * f.param("scale") + f.param("offset"))
+
+
+@_register
+class SelIndex(FnSpec):
+    """Selector (one-hot) -> ``[1, 1]`` int32 index of its lowest set bit (-1 if none)."""
+
+    name = "sel_index"
+
+    def out_type(self, f, a):
+        if not isinstance(a, Selector):
+            raise StepTypeError(f"function {f} takes a selector, got {a}")
+        return Index()
+
+    def apply(self, f, a):
+        idx = (a & -a).bit_length() - 1
+        return np.array([[idx]], dtype=np.int32)
+
+
+@_register
+class KeepSelector(FnSpec):
+    """Index flag -> 1-way selector: set where the flag is 0 (drops padded elements)."""
+
+    name = "keep_if_zero"
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if not a.dtype.is_int or not (dims_equal(a.rows, 1) and dims_equal(a.cols, 1)):
+            raise StepTypeError(f"function {f} takes a [1, 1] integer flag, got {a}")
+        return Selector(1)
+
+    def apply(self, f, a):
+        return 1 if int(a.reshape(-1)[0]) == 0 else 0
+
+
+@_register
+class Pair(FnSpec):
+    """Two ``[1, 1]`` integers -> one ``[1, 2]`` int32 tile (e.g. start, count)."""
+
+    name = "pair"
+    arity = 2
+
+    def out_type(self, f, a, b):
+        for t in (a, b):
+            t = _tile(t, f)
+            if not t.dtype.is_int or not (dims_equal(t.rows, 1) and dims_equal(t.cols, 1)):
+                raise StepTypeError(f"function {f} takes [1, 1] integers, got {t}")
+        return Tile(INT32, 1, 2)
+
+    def apply(self, f, a, b):
+        return np.array([[int(a.reshape(-1)[0]), int(b.reshape(-1)[0])]], dtype=np.int32)
+
+
+# --------------------------------------------------------------------------- accumulation
+
+@_register
+class RetileRow(FnSpec):
+    """Accum update that appends the element's rows below the state (packs rows into a tile)."""
+
+    name = "retile_row"
+    arity = 2
+
+    def out_type(self, f, state, elem):
+        s, e = _tile(state, f, "state"), _tile(elem, f)
+        if dims_equal(s.cols, e.cols) is False or s.dtype != e.dtype:
+            raise StepTypeError(f"function {f}: cannot stack {e} under {s}")
+        return Tile(s.dtype, s.rows + e.rows, s.cols)
+
+    def accum_type(self, f, state, elem, count):
+        self.out_type(f, state, elem)
+        return Tile(state.dtype, state.rows + count * elem.rows, state.cols)
+
+    def apply(self, f, state, elem):
+        return np.concatenate([state, elem], axis=0)
+
+
+@_register
+class Zeros(FnSpec):
+    """Init: a ``[rows, cols]`` tile of zeros (``rows`` may be 0 to start a RetileRow)."""
+
+    name = "zeros"
+    arity = 0
+    kind = "init"
+    required = ("rows", "cols", "dtype")
+
+    def check_params(self, params):
+        params["rows"] = as_dim(params["rows"])
+        params["cols"] = as_dim(params["cols"])
+        params["dtype"] = dtype(params["dtype"]).name
+        return params
+
+    def out_type(self, f):
+        return Tile(dtype(f.param("dtype")), f.param("rows"), f.param("cols"))
+
+    def apply(self, f, bindings=None):
+        rows, cols = (int(as_dim(d).subs(bindings or {})) for d in (f.param("rows"), f.param("cols")))
+        return np.zeros((rows, cols), dtype=dtype(f.param("dtype")).numpy)
+
+
+@_register
+class Lowest(Zeros):
+    """Init: a tile filled with the lowest value of its type (start of a running max)."""
+
+    name = "lowest"
+
+    def apply(self, f, bindings=None):
+        z = super().apply(f, bindings)
+        dt = dtype(f.param("dtype"))
+        return np.full_like(z, dt.min if dt.is_int else -np.inf)
+
+
+# --------------------------------------------------------------------------- flat-map functions
+
+@_register
+class RetileStreamify(FnSpec):
+    """FlatMap: a ``[R, C]`` tile -> a stream of its ``R`` rows (``[1, C]`` tiles)."""
+
+    name = "retile_streamify"
+    kind = "flatmap"
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        return Tile(a.dtype, 1, a.cols), (a.rows,)
+
+    def apply(self, f, a):
+        return [a[i:i + 1] for i in range(a.shape[0])]
+
+
+@_register
+class Range(FnSpec):
+    """FlatMap: indices ``start + step·j`` for ``j < count``.
+
+    The operand is a ``[1, 2]`` integer tile ``(start, count)`` (the count varies:
+    a new ragged dimension), or a ``[1, 1]`` start with a static ``count``
+    parameter (a new static dimension).
+    """
+
+    name = "range"
+    kind = "flatmap"
+    optional = ("step", "count")
+
+    def check_params(self, params):
+        params.setdefault("step", 1)
+        params.setdefault("count", None)
+        if not isinstance(params["step"], int):
+            raise StepTypeError(f"range: step must be an integer, got {params['step']!r}")
+        if params["count"] is not None and (not isinstance(params["count"], int) or params["count"] < 0):
+            raise StepTypeError(f"range: count must be a non-negative integer, got {params['count']!r}")
+        return params
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        width = 1 if f.param("count") is not None else 2
+        if not a.dtype.is_int or dims_equal(a.cols, width) is not True or dims_equal(a.rows, 1) is not True:
+            what = "[1, 1] integer start (count is a parameter)" if width == 1 else "[1, 2] integer tile (start, count)"
+            raise StepTypeError(f"function {f} takes a {what}, got {a}")
+        if width == 1:
+            return Index(), (sympy.Integer(f.param("count")),)
+        return Index(), None  # None: a new ragged dimension
+
+    def apply(self, f, a):
+        vals = [int(v) for v in a.reshape(-1)]
+        start, count = (vals[0], f.param("count")) if f.param("count") is not None else vals
+        return [np.array([[start + f.param("step") * j]], dtype=np.int32) for j in range(count)]
+
+
+# --------------------------------------------------------------------------- applying with types
+
+def apply_typed(f: Fn, out: Tile, *xs):
+    """Run ``f`` on payloads and represent the result in the declared output type."""
+    y = f.spec.apply(f, *xs)
+    if isinstance(out, Tile) and isinstance(y, np.ndarray):
+        if out.dtype.name == "bf16":
+            return round_bf16(y)
+        if y.dtype != out.dtype.numpy:
+            return cast(y, out.dtype)
+    return y
+
+
+def tuple_of(*types) -> TupleType:
+    return TupleType(tuple(types))
+
+
+__all__ = ["Fn", "fn", "fn_from_json", "FUNCTIONS", "FnSpec", "apply_typed", "wrap_int32", "saturate",
+           "round_bf16", "cast", "silu_fixed", "exp_fixed", "dyn"]

@@ -1,0 +1,378 @@
+"""The STeP graph: build programmatically, validate, order, serialize, draw.
+
+>>> g = Graph("example")
+>>> g.tensor("x", rows=64, cols=256, dtype="fp32")
+>>> x = g.load("x", tile=(16, 256), out_shape=[4], stride=[1])
+>>> y = g.map(x, "silu")
+>>> g.store(y, "y", tile=(16, 256))        # needs g.tensor("y", ...) first
+
+Every builder method checks its inputs at once and raises a
+:class:`~step_hdl.errors.StepError` naming the node and port. A stream feeds
+exactly one consumer; use :meth:`Graph.broadcast` to fan out. Cycles are closed
+with :meth:`Graph.feedback` and must pass through an EagerMerge or Bufferize.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import sympy
+
+from .errors import StepError, StepGraphError, StepTypeError
+from .functions import Fn, fn as make_fn
+from .ops import OPS, Feedback, Op, StreamRef
+from .types import DType, StreamType, as_dim, dim_str, dtype as make_dtype, parse_dim
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An off-chip tensor: a ``[rows, cols]`` matrix of one element type."""
+
+    name: str
+    rows: sympy.Expr
+    cols: sympy.Expr
+    dtype: DType
+
+    def to_json(self) -> dict:
+        return {"rows": dim_str(self.rows), "cols": dim_str(self.cols), "dtype": self.dtype.name}
+
+
+class Graph:
+    """A STeP program under construction."""
+
+    def __init__(self, name: str = "step"):
+        self.name = name
+        self.nodes: dict[str, Op] = {}
+        self.tensors: dict[str, TensorSpec] = {}
+        self.consumers: dict[tuple[str, str], tuple[str, str]] = {}
+
+    # ------------------------------------------------------------------ building
+    def tensor(self, name: str, rows, cols, dtype) -> TensorSpec:
+        """Declare an off-chip tensor."""
+        if name in self.tensors:
+            raise StepGraphError(f"off-chip tensor {name!r} is declared twice")
+        spec = TensorSpec(name, as_dim(rows), as_dim(cols), make_dtype(dtype))
+        self.tensors[name] = spec
+        return spec
+
+    def add(self, kind: str, name: str | None = None, inputs: dict | None = None, **params) -> Op:
+        """Add a node of operator ``kind``; the typed builder methods below call this."""
+        try:
+            cls = OPS[kind]
+        except KeyError:
+            raise StepGraphError(f"unknown operator {kind!r}; known operators: {', '.join(sorted(OPS))}") from None
+        name = name or self._fresh(kind)
+        if name in self.nodes:
+            raise StepGraphError(f"{kind} '{name}': a node with this name exists already "
+                                 f"({self.nodes[name].kind})")
+        inputs = {k: v for k, v in (inputs or {}).items()}
+        for port, ref in inputs.items():
+            if isinstance(ref, StreamRef):
+                self._check_owned(kind, name, port, ref)
+                self._check_free(kind, name, port, ref)
+        node = cls(self, name, inputs, params)
+        for port, ref in node.inputs.items():
+            if ref is not None:
+                self.consumers[(ref.node.name, ref.port)] = (name, port)
+        self.nodes[name] = node
+        return node
+
+    def _fresh(self, kind: str) -> str:
+        i = 0
+        while f"{kind.lower()}{i}" in self.nodes:
+            i += 1
+        return f"{kind.lower()}{i}"
+
+    def _check_owned(self, kind, name, port, ref):
+        if self.nodes.get(ref.node.name) is not ref.node:
+            raise StepGraphError(f"{kind} '{name}' port '{port}': stream {ref.label} belongs to another graph")
+
+    def _check_free(self, kind, name, port, ref):
+        used = self.consumers.get((ref.node.name, ref.port))
+        if used is not None:
+            other = self.nodes[used[0]]
+            raise StepGraphError(
+                f"{kind} '{name}' port '{port}': stream {ref.label} is already consumed by "
+                f"{other.kind} '{other.name}' port '{used[1]}'; a stream has one consumer, "
+                f"use broadcast() to copy it")
+
+    # typed builders ----------------------------------------------------------
+    def load(self, tensor, tile, out_shape, stride, ref=None, base=0, name=None) -> StreamRef:
+        """LinearOffChipLoad: see :class:`step_hdl.ops.LinearOffChipLoad`."""
+        return self.add("LinearOffChipLoad", name, {"ref": ref}, tensor=tensor, tile=tile,
+                        out_shape=out_shape, stride=stride, base=base).out
+
+    def store(self, stream, tensor, tile, base=0, name=None) -> Op:
+        """LinearOffChipStore."""
+        return self.add("LinearOffChipStore", name, {"in": stream}, tensor=tensor, tile=tile, base=base)
+
+    def random_load(self, addr, tensor, tile, base=0, name=None) -> StreamRef:
+        """RandomOffChipLoad."""
+        return self.add("RandomOffChipLoad", name, {"addr": addr}, tensor=tensor, tile=tile, base=base).out
+
+    def random_store(self, addr, data, tensor, tile, base=0, name=None) -> StreamRef:
+        """RandomOffChipStore; returns the acknowledgement stream."""
+        return self.add("RandomOffChipStore", name, {"addr": addr, "data": data}, tensor=tensor,
+                        tile=tile, base=base).out
+
+    def bufferize(self, stream, rank, name=None) -> StreamRef:
+        return self.add("Bufferize", name, {"in": stream}, rank=rank).out
+
+    def streamify(self, buffers, ref=None, repeat=None, read_shape=None, read_stride=None, name=None) -> StreamRef:
+        return self.add("Streamify", name, {"in": buffers, "ref": ref}, repeat=repeat, read_shape=read_shape,
+                        read_stride=read_stride).out
+
+    def partition(self, stream, sel, n, rank=0, name=None) -> list[StreamRef]:
+        node = self.add("Partition", name, {"in": stream, "sel": sel}, n=n, rank=rank)
+        return node.outputs
+
+    def reassemble(self, streams, sel, rank=0, k=None, name=None) -> StreamRef:
+        inputs = {f"in{i}": s for i, s in enumerate(streams)}
+        inputs["sel"] = sel
+        return self.add("Reassemble", name, inputs, n=len(streams), rank=rank, k=k).out
+
+    def eager_merge(self, streams, rank=0, name=None) -> tuple[StreamRef, StreamRef]:
+        node = self.add("EagerMerge", name, {f"in{i}": s for i, s in enumerate(streams)}, n=len(streams), rank=rank)
+        return node["out"], node["sel"]
+
+    def map(self, streams, fn, name=None, **fn_params) -> StreamRef:
+        """Map ``fn`` (a name or :func:`~step_hdl.functions.fn`) over one or two streams."""
+        if isinstance(streams, StreamRef):
+            streams = [streams]
+        f = fn if isinstance(fn, Fn) else self._fn(fn, name, "Map", fn_params)
+        return self.add("Map", name, {f"in{i}": s for i, s in enumerate(streams)}, fn=f, n=len(streams)).out
+
+    def accum(self, stream, update, init, rank=1, name=None) -> StreamRef:
+        return self.add("Accum", name, {"in": stream}, update=self._fn(update, name, "Accum"),
+                        init=self._fn(init, name, "Accum"), rank=rank).out
+
+    def scan(self, stream, update, init, rank=1, name=None) -> StreamRef:
+        return self.add("Scan", name, {"in": stream}, update=self._fn(update, name, "Scan"),
+                        init=self._fn(init, name, "Scan"), rank=rank).out
+
+    def flat_map(self, stream, fn, rank=None, name=None) -> StreamRef:
+        return self.add("FlatMap", name, {"in": stream}, fn=self._fn(fn, name, "FlatMap"), rank=rank).out
+
+    def flatten(self, stream, lo, hi, name=None) -> StreamRef:
+        return self.add("Flatten", name, {"in": stream}, lo=lo, hi=hi).out
+
+    def reshape(self, stream, rank, chunk, pad=None, name=None):
+        """Reshape; returns ``out`` or, with ``pad``, ``(out, pad_flags)``."""
+        node = self.add("Reshape", name, {"in": stream}, rank=rank, chunk=chunk, pad=pad)
+        return (node["out"], node["pad"]) if pad is not None else node["out"]
+
+    def promote(self, stream, name=None) -> StreamRef:
+        return self.add("Promote", name, {"in": stream}).out
+
+    def expand(self, stream, ref, rank=1, name=None) -> StreamRef:
+        return self.add("Expand", name, {"in": stream, "ref": ref}, rank=rank).out
+
+    def repeat(self, stream, count, name=None) -> StreamRef:
+        """RepeatStatic: the static-repeat form of Expand."""
+        return self.add("RepeatStatic", name, {"in": stream}, count=count).out
+
+    def zip(self, a, b, name=None) -> StreamRef:
+        return self.add("Zip", name, {"in0": a, "in1": b}).out
+
+    def broadcast(self, stream, n=2, name=None) -> list[StreamRef]:
+        return self.add("Broadcast", name, {"in": stream}, n=n).outputs
+
+    def selector_source(self, n, values=None, data=None, length=None, name=None) -> StreamRef:
+        return self.add("SelectorSource", name, {}, n=n, values=values, data=data, length=length).out
+
+    def index_source(self, values=None, data=None, length=None, name=None) -> StreamRef:
+        return self.add("IndexSource", name, {}, values=values, data=data, length=length).out
+
+    def output(self, stream, name=None) -> Op:
+        """A sink whose tokens the interpreter returns in ``result.outputs[name]``."""
+        return self.add("Output", name, {"in": stream})
+
+    def feedback(self, stream_type: StreamType, name=None) -> StreamRef:
+        """A forward reference for a cycle; close it later with :meth:`bind`."""
+        return self.add("Feedback", name, {}, type=stream_type.dtype, shape=stream_type.shape).out
+
+    def bind(self, feedback: StreamRef, stream: StreamRef) -> None:
+        """Connect ``stream`` to a :meth:`feedback` placeholder."""
+        node = feedback.node
+        if not isinstance(node, Feedback):
+            raise StepGraphError(f"bind() needs a stream made by feedback(), got {feedback.label}")
+        self._check_free("Feedback", node.name, "in", stream)
+        node.bind(stream)
+        self.consumers[(stream.node.name, stream.port)] = (node.name, "in")
+
+    def _fn(self, f, node, kind, params=None):
+        if isinstance(f, Fn):
+            return f
+        try:
+            return make_fn(f, **(params or {}))
+        except StepTypeError as exc:
+            raise StepTypeError(f"{kind} '{node or '?'}': {exc}") from None
+
+    # ------------------------------------------------------------------ queries
+    def edges(self):
+        """``(producer StreamRef, consumer node name, consumer port)`` for every connected stream."""
+        for node in self.nodes.values():
+            for port, ref in node.inputs.items():
+                if ref is not None:
+                    yield ref, node.name, port
+
+    def validate(self) -> "Graph":
+        """Check the whole graph; raise a :class:`StepGraphError` naming the first problem."""
+        for node in self.nodes.values():
+            for port, ref in node.inputs.items():
+                if ref is None and not (node.kind == "LinearOffChipLoad" or
+                                        (node.kind == "Streamify" and port == "ref")):
+                    raise StepGraphError(f"{node.kind} '{node.name}' port '{port}': dangling input "
+                                         f"(never connected" + (", bind() it" if node.kind == "Feedback" else "") + ")")
+            for ref in node.outputs:
+                if (node.name, ref.port) not in self.consumers:
+                    raise StepGraphError(f"{node.kind} '{node.name}' output '{ref.port}' ({ref.type}) has no "
+                                         f"consumer; connect it or end it with output()")
+        for cycle in self._cycles():
+            if not any(self.nodes[n].kind in ("EagerMerge", "Bufferize") for n in cycle):
+                names = " -> ".join(f"{self.nodes[n].kind} '{n}'" for n in cycle)
+                raise StepGraphError(f"cycle with no EagerMerge or Bufferize on it: {names}")
+        return self
+
+    def _succ(self) -> dict[str, list[str]]:
+        succ = {n: [] for n in self.nodes}
+        for ref, consumer, _ in self.edges():
+            succ[ref.node.name].append(consumer)
+        return succ
+
+    def _cycles(self) -> list[list[str]]:
+        """Strongly connected components with a cycle (Tarjan), each in graph order."""
+        succ = self._succ()
+        index, low, stack, on, out = {}, {}, [], set(), []
+        counter = [0]
+
+        def visit(v):
+            work = [(v, iter(succ[v]))]
+            index[v] = low[v] = counter[0]
+            counter[0] += 1
+            stack.append(v)
+            on.add(v)
+            while work:
+                node, it = work[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    work.pop()
+                    if work:
+                        low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                    if low[node] == index[node]:
+                        comp = []
+                        while True:
+                            w = stack.pop()
+                            on.discard(w)
+                            comp.append(w)
+                            if w == node:
+                                break
+                        if len(comp) > 1 or node in succ[node]:
+                            order = list(self.nodes)
+                            out.append(sorted(comp, key=order.index))
+                elif nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(succ[nxt])))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+
+        for v in self.nodes:
+            if v not in index:
+                visit(v)
+        return out
+
+    def topological_order(self) -> list[Op]:
+        """Nodes in dependency order; edges out of a Feedback (cycle back edges) are ignored."""
+        indeg = {n: 0 for n in self.nodes}
+        succ = {n: [] for n in self.nodes}
+        for ref, consumer, _ in self.edges():
+            if ref.node.kind == "Feedback":
+                continue
+            succ[ref.node.name].append(consumer)
+            indeg[consumer] += 1
+        ready = [n for n in self.nodes if indeg[n] == 0]
+        order = []
+        while ready:
+            n = ready.pop(0)
+            order.append(self.nodes[n])
+            for m in succ[n]:
+                indeg[m] -= 1
+                if indeg[m] == 0:
+                    ready.append(m)
+        if len(order) != len(self.nodes):
+            stuck = [n for n in self.nodes if indeg[n] > 0]
+            raise StepGraphError(f"cycle not closed through feedback(): {stuck}")
+        return order
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "tensors": {k: v.to_json() for k, v in self.tensors.items()},
+            "nodes": [
+                {"op": n.kind, "name": n.name,
+                 "inputs": {p: r.label for p, r in n.inputs.items() if r is not None},
+                 "params": {k: v for k, v in n.params_json().items() if v is not None}}
+                for n in self.nodes.values()],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+    @classmethod
+    def from_json(cls, obj) -> "Graph":
+        """Rebuild a graph from :meth:`to_json` output (every check runs again)."""
+        if isinstance(obj, str):
+            obj = json.loads(obj)
+        g = cls(obj.get("name", "step"))
+        for tname, spec in obj.get("tensors", {}).items():
+            g.tensor(tname, parse_dim(spec["rows"]), parse_dim(spec["cols"]), spec["dtype"])
+        pending_bind = []
+        for entry in obj["nodes"]:
+            kind, name = entry.get("op"), entry.get("name")
+            if kind not in OPS:
+                raise StepGraphError(f"node {name!r}: unknown operator {kind!r}")
+            params = OPS[kind].params_from_json(entry.get("params", {}))
+            inputs = {}
+            for port, label in entry.get("inputs", {}).items():
+                src, _, sport = label.rpartition(".")
+                if kind == "Feedback":
+                    pending_bind.append((name, src, sport))
+                    continue
+                if src not in g.nodes:
+                    raise StepGraphError(f"{kind} '{name}' port '{port}': dangling input {label!r} "
+                                         f"(no node {src!r} before it)")
+                inputs[port] = g.nodes[src][sport]
+            g.add(kind, name, inputs, **params)
+        for name, src, sport in pending_bind:
+            if src not in g.nodes:
+                raise StepGraphError(f"Feedback '{name}' port 'in': dangling input {src}.{sport}")
+            g.bind(g.nodes[name].out, g.nodes[src][sport])
+        return g
+
+    # ------------------------------------------------------------------ DOT
+    def to_dot(self) -> str:
+        """Graphviz DOT: one box per node, each edge labelled with stream shape and element type."""
+        lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", '  node [shape=box, fontname="Helvetica"];',
+                 '  edge [fontname="Helvetica", fontsize=10];']
+        for n in self.nodes.values():
+            extra = ""
+            if "fn" in n.params:
+                extra = f"\\n{n.params['fn']}"
+            elif "tensor" in n.params:
+                extra = f"\\n{n.params['tensor']}"
+            elif "update" in n.params:
+                extra = f"\\n{n.params['update']}"
+            lines.append(f'  "{n.name}" [label="{n.kind}\\n{n.name}{extra}"];')
+        for ref, consumer, port in self.edges():
+            st = ref.type
+            lines.append(f'  "{ref.node.name}" -> "{consumer}" [label="{st.shape_str()}\\n{st.dtype}"];')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self):
+        return f"<Graph {self.name!r}: {len(self.nodes)} nodes>"

@@ -1,0 +1,240 @@
+"""Reference interpreter: runs a STeP graph at token level on numpy data.
+
+Every node is a process (a Python generator) and every edge an unbounded
+channel that records the tokens it carried, so the token sequence of any edge
+can later be compared with what the RTL produced. Processes run round-robin,
+each until it blocks or writes a token, which interleaves producers roughly the
+way concurrent hardware does. That order is deterministic; ``seed`` shuffles
+the process order every round and lets EagerMerge pick at random among ready
+inputs, to explore other legal arrival orders.
+
+Off-chip memory is a dictionary of 2-D numpy arrays (one per declared tensor);
+loads and stores count the bytes they move per node.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from .errors import StepDeadlockError, StepRuntimeError, where
+from .graph import Graph
+from .process import Channel, Ports
+from .token import Token, format_tokens
+from .types import dyn
+
+
+class Memory:
+    """Off-chip memory: named 2-D tensors, with per-node byte counters."""
+
+    def __init__(self, graph: Graph, tensors: dict[str, np.ndarray]):
+        self.arrays: dict[str, np.ndarray] = {}
+        self.bytes_read: dict[str, int] = {}
+        self.bytes_written: dict[str, int] = {}
+        for name, spec in graph.tensors.items():
+            if name in tensors:
+                arr = np.asarray(tensors[name])
+                if arr.ndim != 2:
+                    raise StepRuntimeError(f"off-chip tensor '{name}': expected a 2-D array, got shape {arr.shape}")
+                if arr.dtype != spec.dtype.numpy:
+                    raise StepRuntimeError(f"off-chip tensor '{name}': expected {spec.dtype} "
+                                           f"({spec.dtype.numpy}), got {arr.dtype}")
+                self.arrays[name] = arr.copy()
+        self.graph = graph
+
+    def allocate(self, bindings: dict) -> None:
+        """Create zero-filled arrays for declared tensors not given (outputs)."""
+        for name, spec in self.graph.tensors.items():
+            if name not in self.arrays:
+                try:
+                    shape = (int(spec.rows.subs(bindings)), int(spec.cols.subs(bindings)))
+                except TypeError:
+                    raise StepRuntimeError(f"off-chip tensor '{name}' has symbolic shape "
+                                           f"[{spec.rows}, {spec.cols}]; pass its sizes in bindings") from None
+                self.arrays[name] = np.zeros(shape, dtype=spec.dtype.numpy)
+
+    def array(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def _slot(self, node, arr, index, tr, tc):
+        gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
+        if not 0 <= index < gr * gc:
+            raise StepRuntimeError(f"{where(node.kind, node.name)}: tile index {index} outside tensor "
+                                   f"'{node.p('tensor')}' ({gr} x {gc} tiles of [{tr}, {tc}])")
+        r, c = divmod(index, gc)
+        return slice(r * tr, (r + 1) * tr), slice(c * tc, (c + 1) * tc)
+
+    def read_tile(self, node, arr, index, tr, tc) -> np.ndarray:
+        rs, cs = self._slot(node, arr, index, tr, tc)
+        tile = arr[rs, cs].copy()
+        self.bytes_read[node.name] = self.bytes_read.get(node.name, 0) + tile.nbytes * _bf16_scale(node)
+        return tile
+
+    def write_tile(self, node, arr, index, tr, tc, tile) -> None:
+        rs, cs = self._slot(node, arr, index, tr, tc)
+        if tile.shape != (tr, tc):
+            raise StepRuntimeError(f"{where(node.kind, node.name)}: tile of shape {tile.shape} written to a "
+                                   f"[{tr}, {tc}] slot")
+        arr[rs, cs] = tile
+        self.bytes_written[node.name] = self.bytes_written.get(node.name, 0) + tile.nbytes * _bf16_scale(node)
+
+
+def _bf16_scale(node):
+    # bf16 tiles are held in float32 arrays: count 2 bytes per element, not 4.
+    spec = node.graph.tensors[node.p("tensor")]
+    return 0.5 if spec.dtype.name == "bf16" else 1
+
+
+@dataclass
+class Context:
+    memory: Memory
+    streams: dict
+    bindings: dict
+    rng: random.Random | None
+    outputs: dict = field(default_factory=dict)
+    buffers: int = 0
+
+
+@dataclass
+class RunResult:
+    """What an interpreter run produced.
+
+    Attributes
+    ----------
+    memory : dict of str to numpy.ndarray
+        Every off-chip tensor after the run (stores applied).
+    outputs : dict of str to list of Token
+        Tokens that reached each ``Output`` node.
+    edges : dict of str to list of Token
+        Token sequence of every edge, keyed ``"producer.port"``.
+    bytes_read, bytes_written : dict of str to int
+        Off-chip bytes moved per node.
+    steps : int
+        Process activations (a measure of interpreter work).
+    """
+
+    memory: dict
+    outputs: dict
+    edges: dict
+    bytes_read: dict
+    bytes_written: dict
+    steps: int
+
+    @property
+    def offchip_bytes(self) -> int:
+        return int(sum(self.bytes_read.values()) + sum(self.bytes_written.values()))
+
+
+def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, bindings: dict | None = None,
+        seed: int | None = None, record: bool = True, max_steps: int = 50_000_000) -> RunResult:
+    """Run ``graph`` on numpy data.
+
+    Parameters
+    ----------
+    graph : Graph
+        The program; it is validated first.
+    tensors : dict
+        Initial contents of off-chip tensors (2-D arrays of the declared type).
+        Tensors not given start as zeros (their symbolic sizes must be bound).
+    streams : dict
+        Data of source nodes that read from ``data=`` keys (routing tables, lengths).
+    bindings : dict
+        Values of dimension symbols (names or sympy symbols), e.g. ``{"B": 64}``.
+        Sizes of given tensors bind their symbols automatically.
+    seed : int, optional
+        ``None`` for the deterministic schedule; an integer for a shuffled one.
+    record : bool
+        Keep every edge's tokens in ``result.edges``.
+    """
+    graph.validate()
+    bind = _bindings(graph, tensors or {}, bindings or {})
+    memory = Memory(graph, tensors or {})
+    memory.allocate(bind)
+    ctx = Context(memory, streams or {}, bind, random.Random(seed) if seed is not None else None)
+
+    channels: dict[tuple[str, str], Channel] = {}
+    for ref, consumer, port in graph.edges():
+        channels[(ref.node.name, ref.port)] = Channel(ref.label, record)
+    procs = []
+    for node in graph.nodes.values():
+        ins = {p: channels[(r.node.name, r.port)] for p, r in node.inputs.items() if r is not None}
+        outs = {p: channels[(node.name, p)] for p in node.out_types}
+        ports = Ports(node, ins, outs, ctx)
+        procs.append([node, node.run(ports), None])
+
+    steps = 0
+    live = procs
+    while live:
+        progressed = False
+        order = list(live)
+        if ctx.rng is not None:
+            ctx.rng.shuffle(order)
+        for proc in order:
+            node, gen, waiting = proc
+            if waiting is not None and not any(ch.queue for ch in waiting):
+                continue
+            progressed = True
+            steps += 1
+            try:
+                proc[2] = next(gen)
+            except StopIteration:
+                proc[1] = None
+            except (StepRuntimeError, ValueError) as exc:
+                if isinstance(exc, StepRuntimeError):
+                    raise
+                raise StepRuntimeError(f"{where(node.kind, node.name)}: {exc}") from exc
+        live = [p for p in live if p[1] is not None]
+        if not progressed:
+            raise _deadlock(live, channels)
+        if steps > max_steps:
+            raise StepRuntimeError(f"interpreter stopped after {max_steps} steps without finishing")
+
+    leftovers = {ch.name: len(ch.queue) for ch in channels.values() if ch.queue}
+    if leftovers:
+        raise StepRuntimeError(f"program finished with undelivered tokens on {leftovers}: a consumer "
+                               f"stopped before its input's done token")
+    return RunResult(memory=memory.arrays, outputs=ctx.outputs,
+                     edges={ch.name: ch.log for ch in channels.values()} if record else {},
+                     bytes_read=memory.bytes_read, bytes_written=memory.bytes_written, steps=steps)
+
+
+def _deadlock(live, channels) -> StepDeadlockError:
+    blocked = []
+    for node, _, waiting in live:
+        names = [ch.name for ch in waiting or ()]
+        blocked.append(f"{node.kind} '{node.name}' waits on {', '.join(names) or '?'}")
+    pending = {ch.name: len(ch.queue) for ch in channels.values() if ch.queue}
+    detail = "; ".join(blocked)
+    held = ", ".join(f"{k} ({v} tokens)" for k, v in pending.items()) or "none"
+    return StepDeadlockError(f"deadlock: {detail}. Channels holding undelivered tokens: {held}",
+                             blocked, pending)
+
+
+def _bindings(graph: Graph, tensors: dict, user: dict) -> dict:
+    bind: dict = {}
+    for k, v in user.items():
+        bind[dyn(k) if isinstance(k, str) else k] = int(v)
+    for name, arr in tensors.items():
+        spec = graph.tensors.get(name)
+        if spec is None:
+            raise StepRuntimeError(f"tensor {name!r} given but not declared in the graph "
+                                   f"(declared: {sorted(graph.tensors)})")
+        arr = np.asarray(arr)
+        for what, d, actual in (("rows", spec.rows, arr.shape[0] if arr.ndim else None),
+                                ("cols", spec.cols, arr.shape[1] if arr.ndim > 1 else None)):
+            if actual is None:
+                continue
+            d = d.subs(bind)
+            if d.is_Integer:
+                if int(d) != actual:
+                    raise StepRuntimeError(f"off-chip tensor '{name}': declared {what} {d}, array has {actual}")
+            elif d.is_Symbol:
+                bind[d] = actual
+    return bind
+
+
+def tokens_text(tokens: list[Token]) -> str:
+    return format_tokens(tokens)
