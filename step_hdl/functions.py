@@ -79,7 +79,7 @@ def silu_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
     return saturate((x * h) >> frac, dt)
 
 
-# 2**f ≈ 1 + f·(A + B·f) on f in [0, 1): exact at both ends, max error about 0.2 %.
+# 2**f ≈ 1 + f·(A + B·f) on f in [0, 1): exact at both ends, max error about 0.4 % (A = 0.6565 minimises it).
 _EXP2_A = 0.6565
 _EXP2_B = 1.0 - _EXP2_A
 _LOG2E_Q14 = round(math.log2(math.e) * (1 << 14))
@@ -246,30 +246,40 @@ class _Elementwise(FnSpec):
 
 @_register
 class Add(_Elementwise):
+    """Element-wise ``a + b`` (one operand may be ``[R, 1]`` or ``[1, 1]`` to broadcast)."""
+
     name = "add"
     op = staticmethod(lambda a, b, dt: a + b)
 
 
 @_register
 class Sub(_Elementwise):
+    """Element-wise ``a - b`` (broadcasting as for add)."""
+
     name = "sub"
     op = staticmethod(lambda a, b, dt: a - b)
 
 
 @_register
 class Mul(_Elementwise):
+    """Element-wise ``a * b`` (broadcasting as for add)."""
+
     name = "mul"
     op = staticmethod(lambda a, b, dt: a * b)
 
 
 @_register
 class Max(_Elementwise):
+    """Element-wise maximum (broadcasting as for add)."""
+
     name = "max"
     op = staticmethod(lambda a, b, dt: np.maximum(a, b))
 
 
 @_register
 class Div(_Elementwise):
+    """Element-wise ``a / b`` on floating-point tiles (broadcasting as for add)."""
+
     name = "div"
     op = staticmethod(lambda a, b, dt: a / b)
 
@@ -419,6 +429,8 @@ class _RowReduce(_Unary):
 
 @_register
 class RowSum(_RowReduce):
+    """Row-wise sum: ``[R, C] -> [R, 1]`` (int32 for integer tiles)."""
+
     name = "row_sum"
 
     def apply(self, f, a):
@@ -429,6 +441,8 @@ class RowSum(_RowReduce):
 
 @_register
 class RowMax(_RowReduce):
+    """Row-wise maximum: ``[R, C] -> [R, 1]``."""
+
     name = "row_max"
 
     def apply(self, f, a):
@@ -552,9 +566,15 @@ class Zeros(FnSpec):
     def out_type(self, f):
         return Tile(dtype(f.param("dtype")), f.param("rows"), f.param("cols"))
 
-    def apply(self, f, bindings=None):
-        rows, cols = (int(as_dim(d).subs(bindings or {})) for d in (f.param("rows"), f.param("cols")))
-        return np.zeros((rows, cols), dtype=dtype(f.param("dtype")).numpy)
+    def apply(self, f, bindings=None, like=None):
+        """The initial tile; a side that is still symbolic takes ``like``'s size."""
+        size = []
+        for side, key in enumerate(("rows", "cols")):
+            d = as_dim(f.param(key)).subs(bindings or {})
+            if not d.is_Integer and like is None:
+                raise StepTypeError(f"init {f}: {key} {dim_str(d)} is not known")
+            size.append(int(d) if d.is_Integer else like.shape[side])
+        return np.zeros(size, dtype=dtype(f.param("dtype")).numpy)
 
 
 @_register
@@ -563,8 +583,8 @@ class Lowest(Zeros):
 
     name = "lowest"
 
-    def apply(self, f, bindings=None):
-        z = super().apply(f, bindings)
+    def apply(self, f, bindings=None, like=None):
+        z = super().apply(f, bindings, like)
         dt = dtype(f.param("dtype"))
         return np.full_like(z, dt.min if dt.is_int else -np.inf)
 

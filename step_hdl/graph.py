@@ -184,6 +184,11 @@ class Graph:
     def index_source(self, values=None, data=None, length=None, name=None) -> StreamRef:
         return self.add("IndexSource", name, {}, values=values, data=data, length=length).out
 
+    def source(self, stream_type: StreamType, data=None, values=None, name=None) -> StreamRef:
+        """A stream of any type whose tokens (or nested values) come from the interpreter's ``streams``."""
+        return self.add("StreamSource", name, {}, type=stream_type.dtype, shape=stream_type.shape, data=data,
+                        values=values).out
+
     def output(self, stream, name=None) -> Op:
         """A sink whose tokens the interpreter returns in ``result.outputs[name]``."""
         return self.add("Output", name, {"in": stream})

@@ -236,5 +236,27 @@ def _bindings(graph: Graph, tensors: dict, user: dict) -> dict:
     return bind
 
 
-def tokens_text(tokens: list[Token]) -> str:
-    return format_tokens(tokens)
+def run_operator(kind: str, inputs: dict, tensors: dict | None = None, declare: dict | None = None,
+                 seed: int | None = None, **params) -> dict:
+    """Run one operator on given input streams; return its output tokens per port.
+
+    ``inputs`` maps each input port to ``(StreamType, tokens or nested values)``.
+    ``declare`` maps off-chip tensor names to ``(rows, cols, dtype)`` for
+    operators that touch memory, and ``tensors`` gives their contents. This is
+    the golden model that unit testbenches compare the RTL against.
+    """
+    g = Graph(f"{kind}_alone")
+    for name, (rows, cols, dt) in (declare or {}).items():
+        g.tensor(name, rows, cols, dt)
+    streams, refs = {}, {}
+    for port, (st, toks) in inputs.items():
+        if toks is None:
+            continue
+        key = f"src_{port}"
+        streams[key] = toks
+        refs[port] = g.source(st, data=key, name=key)
+    node = g.add(kind, "dut", refs, **params)
+    for ref in node.outputs:
+        g.output(ref, name=f"out_{ref.port}")
+    res = run(g, tensors or {}, streams, seed=seed)
+    return {ref.port: res.outputs[f"out_{ref.port}"] for ref in node.outputs} | {"_memory": res.memory}

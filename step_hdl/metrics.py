@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import sympy
 
 from .graph import Graph
-from .types import Ragged, dyn, ragged_total
+from .types import Ragged, dyn, ragged_max, ragged_total, to_max
 
 
 @dataclass
@@ -112,8 +112,9 @@ def metrics(graph: Graph) -> Metrics:
     """Symbolic metrics of every node of ``graph``."""
     nodes = []
     for node in graph.nodes.values():
+        # a buffer holding a ragged-size element is sized for the largest one
         nodes.append(NodeMetrics(node.name, node.kind, sympy.sympify(node.offchip_bytes()),
-                                 sympy.sympify(node.onchip_bytes()), sympy.sympify(node.flops())))
+                                 to_max(node.onchip_bytes()), sympy.sympify(node.flops())))
     return Metrics(nodes)
 
 
@@ -141,6 +142,7 @@ def observed_symbols(graph: Graph, result) -> dict:
         for level, d in enumerate(st.shape):
             if d.is_Symbol and isinstance(d, Ragged):
                 seen[ragged_total(d).name] = sum(sizes[level])
+                seen[ragged_max(d).name] = max(sizes[level], default=0)
             elif d.is_Symbol and sizes[level]:
                 if len(set(sizes[level])) == 1:
                     seen.setdefault(d.name, sizes[level][0])

@@ -25,7 +25,7 @@ from .functions import Fn, apply_typed, fn as make_fn, fn_from_json
 from .process import Emitter, Ports, emit_block
 from .token import DONE, data, stop
 from .types import (BufferRef, Index, Selector, StreamType, Tile, TupleType, as_dim, dim_str, dims_equal,
-                    dyn, elements_of, is_static, parse_dim, ragged, type_from_json, type_to_json)
+                    dyn, elements_of, is_static, parse_dim, ragged, sum_over, type_from_json, type_to_json)
 
 ZERO = sympy.Integer(0)
 
@@ -328,6 +328,35 @@ class IndexSource(_Source):
 
 
 @register
+class StreamSource(_Source):
+    """A stream of any type from the interpreter's data: tokens, or nested lists of payloads.
+
+    ``streams[data or name]`` is either a list of :class:`~step_hdl.token.Token`
+    (sent as is, ending with done) or nested lists (``rank + 1`` levels) that
+    are encoded per spec section 1. Used to drive a single operator in tests
+    and unit testbenches.
+    """
+
+    kind = "StreamSource"
+    params_spec = {"type": ("type",), "shape": ("dims",), "data": ("str", None), "values": ("json", None)}
+
+    def infer(self):
+        return {"out": StreamType(self.p("type"), self.p("shape"))}
+
+    def run(self, io):
+        from .token import Token, encode
+        vals = self.values(io)
+        rank = len(self.p("shape")) - 1
+        toks = list(vals) if vals and isinstance(vals[0], Token) else encode(vals, rank)
+        if not toks or not toks[-1].done:
+            raise io.fail("source tokens must end with a done token")
+        for t in toks:
+            if t.stop > rank:
+                raise io.fail(f"source token S{t.stop} exceeds the declared rank {rank}")
+            yield from io.put("out", t)
+
+
+@register
 class Output(Op):
     """Sink that hands its stream to the caller (``result.outputs[name]``)."""
 
@@ -431,7 +460,7 @@ class _OffChip(Op):
         return self.out_types["out"].elements
 
     def offchip_bytes(self):
-        return self.tiles_moved() * self.tile_type().nbytes
+        return sum_over(self.tiles_moved(), self.tile_type().nbytes)
 
     def onchip_bytes(self):
         return 2 * self.tile_type().nbytes  # double-buffered tile
@@ -480,9 +509,9 @@ class LinearOffChipLoad(_OffChip):
         return build(0, base)
 
     def run(self, io):
-        em = Emitter(io, "out")
         q = len(self.p("out_shape")) - 1
         if self.inputs.get("ref") is None:
+            em = Emitter(io, "out")
             yield from _emit_whole(em, self._block(io, ()), q)
             yield from em.done()
             return
@@ -873,16 +902,19 @@ class EagerMerge(Op):
                 "sel": StreamType(Selector(n), (total,))}
 
     def _join(self, types):
-        """The merged element type: tiles whose sizes differ get a new dynamic size."""
+        """The merged element type.
+
+        Tiles whose sizes differ merge into a tile sized by the largest
+        (``Max`` of the sizes): exact for on-chip memory, an upper bound for the
+        FLOPs of the merged stream.
+        """
         first = types[0]
         for i, t in enumerate(types[1:], 1):
             if t == first:
                 continue
             if isinstance(t, Tile) and isinstance(first, Tile) and t.dtype == first.dtype:
-                sides = []
-                for side, a, b in (("rows", first.rows, t.rows), ("cols", first.cols, t.cols)):
-                    sides.append(a if dims_equal(a, b) else self.sym(side))
-                first = Tile(first.dtype, *sides)
+                first = Tile(first.dtype, *(a if dims_equal(a, b) else sympy.Max(a, b)
+                                            for a, b in ((first.rows, t.rows), (first.cols, t.cols))))
                 continue
             raise self.type_error(f"element type {t} differs from in0's {types[0]}", f"in{i}")
         return first
@@ -930,7 +962,7 @@ class Map(Op):
 
     def flops(self):
         f = self.p("fn")
-        return self.t("in0").elements * f.spec.flops(f, *(self.t(p).dtype for p in self.input_ports()))
+        return sum_over(self.t("in0").elements, f.spec.flops(f, *(self.t(p).dtype for p in self.input_ports())))
 
     def onchip_bytes(self):
         f = self.p("fn")
@@ -996,7 +1028,7 @@ class _Reduce(Op):
     def update(self, state, x):
         upd, init = self.p("update"), self.p("init")
         if state is None:
-            state = init.spec.apply(init, {**_free_dims(init, x)})
+            state = init.spec.apply(init, like=x)
         return apply_typed(upd, _state_out_type(self, state), state, x)
 
     def final(self, state, io):
@@ -1010,18 +1042,7 @@ class _Reduce(Op):
 
     def flops(self):
         upd = self.p("update")
-        return self.t("in").elements * upd.spec.flops(upd, self._state, self.t("in").dtype)
-
-
-def _free_dims(init: Fn, x) -> dict:
-    """Bind an init function's symbolic rows/cols to the shape of element ``x``."""
-    out = {}
-    for side, key in ((0, "rows"), (1, "cols")):
-        d = as_dim(init.param(key))
-        if d.free_symbols and isinstance(x, np.ndarray):
-            for sym in d.free_symbols:
-                out[sym] = sympy.solve(sympy.Eq(d, x.shape[side]), sym)[0] if d != sym else x.shape[side]
-    return out
+        return sum_over(self.t("in").elements, upd.spec.flops(upd, self._state, self.t("in").dtype))
 
 
 def _state_out_type(op, state):
@@ -1120,7 +1141,12 @@ class FlatMap(Op):
 
 @register
 class Flatten(Op):
-    """Merge dimensions ``lo..hi`` (ranks, innermost 0) into one."""
+    """Merge dimensions ``lo..hi`` (ranks, innermost 0) into one.
+
+    Stops inside the merged range disappear (become ``S_lo`` when ``lo >= 1``,
+    since the dimensions below ``lo`` still end there); higher ones are
+    renumbered down by ``hi - lo``.
+    """
 
     kind = "Flatten"
     params_spec = {"lo": ("int",), "hi": ("int",)}
@@ -1142,7 +1168,9 @@ class Flatten(Op):
             if t.stop > hi:
                 t = stop(t.stop - (hi - lo))
             elif t.stop > lo:
-                continue
+                if lo == 0:
+                    continue
+                t = stop(lo)  # the merged run goes on, but the inner dims below lo still end here
             yield from io.put("out", t)
             if t.done:
                 return
@@ -1262,7 +1290,8 @@ class Promote(Op):
 
     def infer(self):
         st = self.t("in")
-        return {"out": st.with_shape((sympy.Integer(1),) + tuple(st.shape))}
+        # 1, or 0 when the stream is empty: min(1, elements) keeps metrics exact
+        return {"out": st.with_shape((sympy.Min(1, st.elements),) + tuple(st.shape))}
 
     def run(self, io):
         r = self.t("in").rank

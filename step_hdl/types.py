@@ -48,6 +48,44 @@ def ragged_total(sym: Ragged) -> sympy.Symbol:
     return dyn(f"{sym.name}_total")
 
 
+def ragged_max(sym: Ragged) -> sympy.Symbol:
+    """The symbol for the largest length of a ragged dimension (sizes on-chip buffers)."""
+    return dyn(f"{sym.name}_max")
+
+
+def ragged_symbols(expr) -> list:
+    return sorted((s for s in sympy.sympify(expr).free_symbols if isinstance(s, Ragged)), key=lambda s: s.name)
+
+
+def sum_over(count: Dim, per_element: Dim) -> Dim:
+    """``Σ per_element`` over ``count`` stream elements.
+
+    When the per-element amount depends on a ragged length ``L`` (a tile whose
+    size varies per element), the sum is taken exactly for amounts linear in
+    ``L``: ``count·c(0) + a·L_total`` for ``c(L) = a·L + c(0)``. Otherwise the
+    per-element amount is bounded with ``L_max``.
+    """
+    per_element = sympy.expand(sympy.sympify(per_element))
+    rag = ragged_symbols(per_element)
+    if not rag:
+        return count * per_element
+    base = per_element.subs({r: 0 for r in rag})
+    total = count * base
+    for r in rag:
+        coeff = sympy.expand(per_element.coeff(r))
+        rest = sympy.expand(per_element - base - sum(sympy.expand(per_element.coeff(x)) * x for x in rag))
+        if ragged_symbols(coeff) or rest != 0:
+            return count * to_max(per_element)
+        total += coeff * ragged_total(r)
+    return total
+
+
+def to_max(expr) -> Dim:
+    """Replace every ragged length by its maximum (an upper bound for buffer sizes)."""
+    expr = sympy.sympify(expr)
+    return expr.subs({r: ragged_max(r) for r in ragged_symbols(expr)})
+
+
 def as_dim(value) -> Dim:
     """Convert an int, str or sympy expression to a dimension expression."""
     if isinstance(value, sympy.Expr):
@@ -77,10 +115,13 @@ def parse_dim(text: str) -> Dim:
         else:
             names.setdefault(token, dyn(token))
     try:
-        expr = sympy.sympify(cleaned, locals={**names, "ceiling": sympy.ceiling})
+        expr = sympy.sympify(cleaned, locals={**names, **_DIM_FUNCTIONS})
     except (sympy.SympifyError, SyntaxError, TypeError) as exc:
         raise StepTypeError(f"cannot parse dimension {text!r}: {exc}") from None
     return expr
+
+
+_DIM_FUNCTIONS = {"ceiling": sympy.ceiling, "floor": sympy.floor, "Max": sympy.Max, "Min": sympy.Min}
 
 
 def _identifiers(text: str):
@@ -89,7 +130,7 @@ def _identifiers(text: str):
         if ch.isalnum() or ch == "_":
             word += ch
         else:
-            if word and not word[0].isdigit() and word != "ceiling":
+            if word and not word[0].isdigit() and word not in _DIM_FUNCTIONS:
                 yield word
             word = ""
 

@@ -1,0 +1,165 @@
+"""``step-hdl`` command line: a thin layer over the Python API.
+
+Commands
+--------
+``step-hdl metrics <workload> [params] [--json]``
+    Symbolic metrics (off-chip bytes, on-chip bytes, FLOPs, operational
+    intensity), substituted with the workload's sizes.
+``step-hdl run <workload> [params] [--seed-schedule N] [--json]``
+    Run the reference interpreter and compare the outputs with numpy.
+``step-hdl draw <workload> [params] -o graph.dot``
+    Graphviz DOT of the graph, edges labelled with stream shape and element type.
+``step-hdl export <workload> [params] -o graph.json``
+    The graph as JSON (``Graph.from_json`` reads it back).
+
+Every command prints a short human summary, or with ``--json`` one JSON object.
+Exit status: 0 on success, 1 when outputs differ from numpy, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .errors import StepError
+from .workloads.registry import WORKLOADS, build
+
+
+def _add_workload_parsers(sub, command: str, help_text: str, extra=None):
+    p = sub.add_parser(command, help=help_text)
+    wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+    for name, (_, params, desc) in WORKLOADS.items():
+        wp = wsub.add_parser(name, help=desc, description=f"{help_text}: {desc}")
+        for prm in params:
+            wp.add_argument(f"--{prm.flag}", type=prm.type, default=prm.default, choices=prm.choices,
+                            help=f"{prm.help} (default: {prm.default})")
+        wp.add_argument("--json", action="store_true", help="print one JSON object")
+        if extra:
+            extra(wp)
+    return p
+
+
+def _params_of(args) -> dict:
+    names = [p.dest for p in WORKLOADS[args.workload][1]]
+    return {k: getattr(args, k) for k in names}
+
+
+def cmd_metrics(args) -> int:
+    from .metrics import metrics, observed_symbols
+    w = build(args.workload, args)
+    m = metrics(w.graph)
+    values = dict(w.subs)
+    observed = False
+    free = {s.name for s in m.subs(values).symbols()}
+    if free and not args.symbolic:
+        # dynamic sizes not given by the workload: observe them in an interpreter run
+        values.update(observed_symbols(w.graph, w.run()))
+        observed = True
+    report = m.to_dict(values if not args.symbolic else None)
+    report["workload"] = args.workload
+    report["params"] = _params_of(args)
+    report["substitutions"] = {k: int(v) for k, v in sorted(values.items())} if not args.symbolic else {}
+    report["observed_in_run"] = observed
+    report["symbolic"] = {k: str(getattr(m, k)) for k in ("offchip_bytes", "onchip_bytes", "flops")}
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{args.workload} {' '.join(f'{k}={v}' for k, v in report['params'].items())}")
+    for key in ("offchip_bytes", "onchip_bytes", "flops", "operational_intensity"):
+        val = report[key]
+        print(f"  {key:24s} {val:,}" if isinstance(val, int) else f"  {key:24s} {val}")
+    if observed:
+        print("  (dynamic sizes observed in an interpreter run)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .metrics import metrics, observed_symbols
+    w = build(args.workload, args)
+    t0 = time.perf_counter()
+    res = w.run(seed=args.seed_schedule)
+    wall = time.perf_counter() - t0
+    bad = w.mismatches(res)
+    sym = metrics(w.graph).subs({**w.subs, **observed_symbols(w.graph, res)}).offchip_bytes
+    report = {
+        "workload": args.workload, "params": _params_of(args), "outputs_match": not bad, "mismatches": bad,
+        "offchip_bytes": res.offchip_bytes,
+        "offchip_bytes_symbolic": int(sym) if sym.is_Integer else str(sym),
+        "nodes": len(w.graph.nodes), "tokens": sum(len(v) for v in res.edges.values()),
+        "steps": res.steps, "wall_s": round(wall, 3),
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        status = "outputs match numpy" if not bad else "OUTPUTS DIFFER: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
+        print(f"{args.workload}: {status}")
+        print(f"  nodes {report['nodes']}, tokens {report['tokens']:,}, off-chip bytes {res.offchip_bytes:,} "
+              f"(symbolic {report['offchip_bytes_symbolic']}), {wall:.2f} s")
+    return 0 if not bad else 1
+
+
+def cmd_draw(args) -> int:
+    w = build(args.workload, args)
+    text = w.graph.to_dot()
+    _write(args.output, text)
+    if args.json:
+        print(json.dumps({"workload": args.workload, "output": args.output, "nodes": len(w.graph.nodes)}))
+    else:
+        print(f"wrote {args.output} ({len(w.graph.nodes)} nodes)")
+    return 0
+
+
+def cmd_export(args) -> int:
+    w = build(args.workload, args)
+    _write(args.output, w.graph.dumps())
+    if args.json:
+        print(json.dumps({"workload": args.workload, "output": args.output, "nodes": len(w.graph.nodes)}))
+    else:
+        print(f"wrote {args.output} ({len(w.graph.nodes)} nodes)")
+    return 0
+
+
+def _write(path: str, text: str):
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="step-hdl", description="Streaming Tensor Programs to hardware.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_workload_parsers(sub, "metrics", "symbolic metrics of a workload",
+                          lambda p: p.add_argument("--symbolic", action="store_true",
+                                                   help="keep dynamic sizes as symbols (no substitution)"))
+    _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy",
+                          lambda p: p.add_argument("--seed-schedule", type=int, default=None,
+                                                   help="shuffle the process schedule with this seed"))
+    for cmd, what, default in (("draw", "Graphviz DOT of a workload's graph", "graph.dot"),
+                               ("export", "a workload's graph as JSON", "graph.json")):
+        _add_workload_parsers(sub, cmd, what,
+                              lambda p, d=default: p.add_argument("-o", "--output", default=d,
+                                                                  help=f"output file, - for stdout (default: {d})"))
+    return ap
+
+
+COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "draw": cmd_draw, "export": cmd_export}
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except StepError as exc:
+        print(f"step-hdl: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # workload parameters that do not fit together
+        print(f"step-hdl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Named workloads with their command-line parameters (used by the CLI and benchmarks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .base import Workload
+
+
+@dataclass(frozen=True)
+class Param:
+    flag: str           # command-line flag without dashes, e.g. "tile-b"
+    type: type
+    default: object
+    help: str
+    choices: tuple | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.replace("-", "_")
+
+
+def _swiglu(a) -> Workload:
+    from .swiglu import swiglu
+    return swiglu(a.batch, a.hidden, a.inter, a.tile_b, a.tile_inter, a.dtype, a.seed)
+
+
+def _moe(a) -> Workload:
+    import numpy as np
+    from .moe import moe
+    from .traces import model_of, routing_trace
+    routing = routing_trace(a.trace)
+    if a.tokens:
+        routing = routing[: a.tokens]
+    experts = model_of(a.trace)["experts"]
+    return moe(np.asarray(routing), experts, a.hidden, a.inter, a.tile_inter, a.dtype, a.tiling, a.tile,
+               a.experts_per_region, a.seed)
+
+
+def _gqa(a) -> Workload:
+    from .gqa import gqa_decode, scale_lengths
+    from .traces import kv_lengths, kv_traces
+    files = kv_traces(a.batch)
+    if a.kv_trace.isdigit():
+        path = files[int(a.kv_trace) % len(files)]
+    else:
+        path = a.kv_trace
+    lens = scale_lengths(kv_lengths(path, a.batch), a.scale)
+    return gqa_decode(lens, a.kv_heads, a.group, a.head_dim, a.regions, a.strategy, a.dtype, a.seed)
+
+
+DTYPE_CHOICES = ("fp32", "bf16", "int8", "int16", "int32")
+
+WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
+    "swiglu": (_swiglu, [
+        Param("batch", int, 64, "batch size B"),
+        Param("hidden", int, 256, "hidden size H"),
+        Param("inter", int, 512, "intermediate size I"),
+        Param("tile-b", int, 16, "batch tile tb"),
+        Param("tile-inter", int, 16, "intermediate tile ti"),
+        Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
+        Param("seed", int, 0, "seed of the random inputs"),
+    ], "SwiGLU layer (one MoE expert) with the paper's schedule"),
+    "moe": (_moe, [
+        Param("trace", str, "mixtral_b64", "routing trace", ("mixtral_b64", "mixtral_b1024", "qwen_b64",
+                                                             "qwen_b1024")),
+        Param("tokens", int, 0, "use only the first N tokens of the trace (0 = all)"),
+        Param("hidden", int, 64, "hidden size (scaled down from the model's)"),
+        Param("inter", int, 128, "expert intermediate size (scaled down)"),
+        Param("tile-inter", int, 32, "intermediate tile"),
+        Param("tiling", str, "dynamic", "token tiling", ("static", "dynamic")),
+        Param("tile", int, 16, "static token tile (rows)"),
+        Param("experts-per-region", int, 1, "experts sharing one region (time-multiplexing)"),
+        Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
+        Param("seed", int, 0, "seed of the random inputs"),
+    ], "Mixture-of-Experts layer driven by a real routing trace"),
+    "gqa": (_gqa, [
+        Param("batch", int, 16, "batch size of the KV trace (16, 64, 80)"),
+        Param("kv-trace", str, "0", "KV trace: file name, or index into the sorted b<batch> files"),
+        Param("scale", int, 64, "divide KV lengths by this factor"),
+        Param("kv-heads", int, 1, "KV heads"),
+        Param("group", int, 4, "query heads per KV head"),
+        Param("head-dim", int, 16, "head dimension"),
+        Param("regions", int, 4, "parallel regions"),
+        Param("strategy", str, "dynamic", "parallelization", ("interleaved", "contiguous", "dynamic")),
+        Param("dtype", str, "fp32", "element type", ("fp32", "bf16")),
+        Param("seed", int, 0, "seed of the random inputs"),
+    ], "grouped-query attention decode over a real KV-length trace"),
+}
+
+
+def build(name: str, args) -> Workload:
+    """Build workload ``name`` from an object with the workload's parameters as attributes."""
+    return WORKLOADS[name][0](args)
+
+
+def defaults(name: str, **overrides):
+    """A namespace of a workload's default parameters, with overrides (Python API helper)."""
+    from types import SimpleNamespace
+    ns = {p.dest: p.default for p in WORKLOADS[name][1]}
+    unknown = set(overrides) - set(ns)
+    if unknown:
+        raise TypeError(f"workload {name!r} has no parameter(s) {sorted(unknown)}; it takes {sorted(ns)}")
+    ns.update(overrides)
+    return SimpleNamespace(**ns)

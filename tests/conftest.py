@@ -1,0 +1,29 @@
+"""Shared fixtures: access to the real traces in ../shared/traces (skipped when absent)."""
+
+from __future__ import annotations
+
+import pytest
+
+from step_hdl.workloads.traces import TraceNotFound, kv_traces, routing_trace
+
+
+@pytest.fixture(scope="session")
+def routing():
+    """``routing(name)`` -> the routing table of a trace, or skip when the traces are absent."""
+    def get(name):
+        try:
+            return routing_trace(name)
+        except TraceNotFound as exc:
+            pytest.skip(f"routing trace unavailable: {exc}")
+    return get
+
+
+@pytest.fixture(scope="session")
+def kv_files():
+    """``kv_files(batch)`` -> the KV trace files of a batch size, or skip when absent."""
+    def get(batch):
+        try:
+            return kv_traces(batch)
+        except TraceNotFound as exc:
+            pytest.skip(f"KV traces unavailable: {exc}")
+    return get

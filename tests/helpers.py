@@ -1,0 +1,54 @@
+"""Small helpers for token-level operator tests."""
+
+import numpy as np
+
+from step_hdl import Index, Selector, StreamType, Tile
+from step_hdl.token import DONE, data, stop
+
+
+def i(v):
+    """A [1, 1] int32 tile payload."""
+    return np.array([[v]], dtype=np.int32)
+
+
+def toks(text: str, sel=False):
+    """Tokens from text like ``"1 2 S1 3 S1 D"``; with ``sel`` data are selector bit masks."""
+    out = []
+    for w in text.split():
+        if w == "D":
+            out.append(DONE)
+        elif w.startswith("S"):
+            out.append(stop(int(w[1:])))
+        else:
+            out.append(data(int(w, 0) if sel else i(int(w))))
+    return out
+
+
+def text(tokens) -> str:
+    """The inverse of :func:`toks` for [1, 1] integer tiles and selectors."""
+    out = []
+    for t in tokens:
+        if t.done:
+            out.append("D")
+        elif t.stop:
+            out.append(f"S{t.stop}")
+        elif isinstance(t.payload, np.ndarray):
+            out.append(str(int(t.payload.reshape(-1)[0])) if t.payload.size == 1 else str(t.payload.tolist()))
+        elif isinstance(t.payload, tuple):
+            out.append("(" + ",".join(str(int(x.reshape(-1)[0])) for x in t.payload) + ")")
+        else:
+            out.append(str(t.payload))
+    return " ".join(out)
+
+
+def ints(*shape):
+    """Stream type of [1, 1] int32 tiles with the given shape."""
+    return StreamType(Index(), shape)
+
+
+def sels(n, *shape):
+    return StreamType(Selector(n), shape)
+
+
+def tiles(rows, cols, *shape, dt="int32"):
+    return StreamType(Tile(dt, rows, cols), shape)

@@ -1,0 +1,59 @@
+"""The step-hdl command line (run in-process and once as a real subprocess)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from step_hdl.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_metrics_swiglu_json(capsys):
+    code, out, _ = run_cli(capsys, "metrics", "swiglu", "--batch", "64", "--hidden", "256", "--inter", "512",
+                           "--tile-b", "16", "--tile-inter", "16", "--dtype", "fp32", "--json")
+    assert code == 0
+    rep = json.loads(out)
+    assert rep["offchip_bytes"] == 4 * (64 * 256 * 512 // 16 + 3 * 4 * 256 * 512 + 64 * 256)
+    assert isinstance(rep["onchip_bytes"], int) and isinstance(rep["flops"], int)
+    assert rep["flops"] == 3 * 2 * 64 * 256 * 512 + 9 * 64 * 512 + 64 * 256 * 32
+
+
+def test_metrics_dynamic_workload_observes_sizes(capsys, routing):
+    routing("mixtral_b64")
+    code, out, _ = run_cli(capsys, "metrics", "gqa", "--json")
+    assert code == 0
+    rep = json.loads(out)
+    assert rep["observed_in_run"] and isinstance(rep["offchip_bytes"], int)
+
+
+def test_run_and_draw(capsys, tmp_path, routing):
+    routing("mixtral_b64")
+    code, out, _ = run_cli(capsys, "run", "moe", "--tiling", "static", "--tile", "8", "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["outputs_match"] and rep["offchip_bytes"] == rep["offchip_bytes_symbolic"]
+    dot = tmp_path / "g.dot"
+    code, out, _ = run_cli(capsys, "draw", "swiglu", "-o", str(dot))
+    assert code == 0 and dot.read_text().startswith("digraph")
+    js = tmp_path / "g.json"
+    assert run_cli(capsys, "export", "swiglu", "-o", str(js))[0] == 0
+    assert json.loads(js.read_text())["name"] == "swiglu"
+
+
+def test_bad_parameters_give_a_clear_error(capsys):
+    code, out, err = run_cli(capsys, "metrics", "swiglu", "--tile-b", "7")
+    assert code == 2
+    assert "StepShapeError: LinearOffChipLoad 'load_x': tile rows 7 does not divide tensor 'x' rows 64" in err
+    assert "Traceback" not in err
+
+
+def test_console_script_installed():
+    out = subprocess.run([sys.executable, "-m", "step_hdl.cli", "metrics", "swiglu", "--json"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["offchip_bytes"] > 0
