@@ -36,7 +36,7 @@ class StepDeadlockError(StepRuntimeError):
     Attributes
     ----------
     blocked : list of str
-        ``"node.port"`` names of the channels each stuck process waits on.
+        One entry per stuck process: ``"Kind 'node' waits on producer.port, ..."``.
     pending : dict of str to int
         Channels that still hold undelivered tokens, with their counts.
     """

@@ -52,7 +52,10 @@ class Graph:
         """Declare an off-chip tensor."""
         if name in self.tensors:
             raise StepGraphError(f"off-chip tensor {name!r} is declared twice")
-        spec = TensorSpec(name, as_dim(rows), as_dim(cols), make_dtype(dtype))
+        try:
+            spec = TensorSpec(name, as_dim(rows), as_dim(cols), make_dtype(dtype))
+        except StepTypeError as exc:
+            raise StepTypeError(f"off-chip tensor {name!r}: {exc}") from None
         self.tensors[name] = spec
         return spec
 
@@ -60,17 +63,23 @@ class Graph:
         """Add a node of operator ``kind``; the typed builder methods below call this."""
         try:
             cls = OPS[kind]
-        except KeyError:
-            raise StepGraphError(f"unknown operator {kind!r}; known operators: {', '.join(sorted(OPS))}") from None
+        except (KeyError, TypeError):
+            raise StepGraphError(f"node {name!r}: unknown operator {kind!r}; known operators: "
+                                 f"{', '.join(sorted(OPS))}") from None
         name = name or self._fresh(kind)
         if name in self.nodes:
             raise StepGraphError(f"{kind} '{name}': a node with this name exists already "
                                  f"({self.nodes[name].kind})")
         inputs = {k: v for k, v in (inputs or {}).items()}
+        seen: dict = {}
         for port, ref in inputs.items():
             if isinstance(ref, StreamRef):
                 self._check_owned(kind, name, port, ref)
                 self._check_free(kind, name, port, ref)
+                if ref.label in seen:
+                    raise StepGraphError(f"{kind} '{name}' port '{port}': stream {ref.label} already feeds port "
+                                         f"'{seen[ref.label]}' of this node; use broadcast() to copy it")
+                seen[ref.label] = port
         node = cls(self, name, inputs, params)
         for port, ref in node.inputs.items():
             if ref is not None:
@@ -138,20 +147,26 @@ class Graph:
 
     def map(self, streams, fn, name=None, **fn_params) -> StreamRef:
         """Map ``fn`` (a name or :func:`~step_hdl.functions.fn`) over one or two streams."""
+        name = name or self._fresh("Map")
         if isinstance(streams, StreamRef):
             streams = [streams]
-        f = fn if isinstance(fn, Fn) else self._fn(fn, name, "Map", fn_params)
+        if not isinstance(streams, (list, tuple)) or not all(isinstance(s, StreamRef) for s in streams):
+            raise StepGraphError(f"Map '{name}': expected a stream or a list of streams, got {streams!r}")
+        f = self._fn(fn, name, "Map", fn_params)
         return self.add("Map", name, {f"in{i}": s for i, s in enumerate(streams)}, fn=f, n=len(streams)).out
 
     def accum(self, stream, update, init, rank=1, name=None) -> StreamRef:
+        name = name or self._fresh("Accum")
         return self.add("Accum", name, {"in": stream}, update=self._fn(update, name, "Accum"),
                         init=self._fn(init, name, "Accum"), rank=rank).out
 
     def scan(self, stream, update, init, rank=1, name=None) -> StreamRef:
+        name = name or self._fresh("Scan")
         return self.add("Scan", name, {"in": stream}, update=self._fn(update, name, "Scan"),
                         init=self._fn(init, name, "Scan"), rank=rank).out
 
     def flat_map(self, stream, fn, rank=None, name=None) -> StreamRef:
+        name = name or self._fresh("FlatMap")
         return self.add("FlatMap", name, {"in": stream}, fn=self._fn(fn, name, "FlatMap"), rank=rank).out
 
     def flatten(self, stream, lo, hi, name=None) -> StreamRef:
@@ -208,11 +223,16 @@ class Graph:
 
     def _fn(self, f, node, kind, params=None):
         if isinstance(f, Fn):
+            if params:
+                raise StepTypeError(f"{kind} '{node}': parameters {sorted(params)} given beside {f}; "
+                                    f"put them inside fn(...)")
             return f
+        if not isinstance(f, str):
+            raise StepTypeError(f"{kind} '{node}': a function must be a name or fn(...), got {f!r}")
         try:
             return make_fn(f, **(params or {}))
         except StepTypeError as exc:
-            raise StepTypeError(f"{kind} '{node or '?'}': {exc}") from None
+            raise StepTypeError(f"{kind} '{node}': {exc}") from None
 
     # ------------------------------------------------------------------ queries
     def edges(self):
@@ -331,20 +351,36 @@ class Graph:
     @classmethod
     def from_json(cls, obj) -> "Graph":
         """Rebuild a graph from :meth:`to_json` output (every check runs again)."""
-        if isinstance(obj, str):
-            obj = json.loads(obj)
-        g = cls(obj.get("name", "step"))
-        for tname, spec in obj.get("tensors", {}).items():
-            g.tensor(tname, parse_dim(spec["rows"]), parse_dim(spec["cols"]), spec["dtype"])
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as exc:
+                raise StepGraphError(f"graph JSON is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list):
+            raise StepGraphError("graph JSON must be an object with a list under 'nodes'")
+        g = cls(str(obj.get("name", "step")))
+        tensors = obj.get("tensors", {})
+        if not isinstance(tensors, dict):
+            raise StepGraphError("graph JSON 'tensors' must be an object of name -> {rows, cols, dtype}")
+        for tname, spec in tensors.items():
+            missing = [k for k in ("rows", "cols", "dtype") if not isinstance(spec, dict) or k not in spec]
+            if missing:
+                raise StepGraphError(f"off-chip tensor {tname!r}: missing {missing}")
+            g.tensor(tname, spec["rows"], spec["cols"], spec["dtype"])
         pending_bind = []
-        for entry in obj["nodes"]:
-            kind, name = entry.get("op"), entry.get("name")
+        for i, entry in enumerate(obj["nodes"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("op"), str) \
+                    or not isinstance(entry.get("name"), str):
+                raise StepGraphError(f"graph JSON node #{i} must be an object with string 'op' and 'name'")
+            kind, name = entry["op"], entry["name"]
             if kind not in OPS:
                 raise StepGraphError(f"node {name!r}: unknown operator {kind!r}")
-            params = OPS[kind].params_from_json(entry.get("params", {}))
+            params = OPS[kind].params_from_json(entry.get("params", {}), name)
             inputs = {}
-            for port, label in entry.get("inputs", {}).items():
-                src, _, sport = label.rpartition(".")
+            for port, label in (entry.get("inputs") or {}).items():
+                src, dot, sport = str(label).rpartition(".")
+                if not dot or not src:
+                    raise StepGraphError(f"{kind} '{name}' port '{port}': input {label!r} must be 'node.port'")
                 if kind == "Feedback":
                     pending_bind.append((name, src, sport))
                     continue

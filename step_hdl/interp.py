@@ -182,10 +182,11 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
                 proc[2] = next(gen)
             except StopIteration:
                 proc[1] = None
-            except (StepRuntimeError, ValueError) as exc:
-                if isinstance(exc, StepRuntimeError):
-                    raise
-                raise StepRuntimeError(f"{where(node.kind, node.name)}: {exc}") from exc
+            except StepRuntimeError:
+                raise
+            except (ValueError, TypeError, IndexError, KeyError) as exc:
+                # malformed data reaching an operator: name the node instead of a bare traceback
+                raise StepRuntimeError(f"{where(node.kind, node.name)}: {type(exc).__name__}: {exc}") from exc
         live = [p for p in live if p[1] is not None]
         if not progressed:
             raise _deadlock(live, channels)
@@ -216,6 +217,8 @@ def _deadlock(live, channels) -> StepDeadlockError:
 def _bindings(graph: Graph, tensors: dict, user: dict) -> dict:
     bind: dict = {}
     for k, v in user.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise StepRuntimeError(f"binding '{k}': expected an integer, got {v!r}")
         bind[dyn(k) if isinstance(k, str) else k] = int(v)
     for name, arr in tensors.items():
         spec = graph.tensors.get(name)

@@ -72,22 +72,54 @@ def _p_int(v, key):
     return int(v)
 
 
+def _p_list(v, key, what):
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise StepTypeError(f"parameter {key!r} must be a list of {what}, got {v!r}")
+    return list(v)
+
+
 def _p_dims(v, key):
-    if not isinstance(v, (list, tuple)):
-        raise StepTypeError(f"parameter {key!r} must be a list of dimensions, got {v!r}")
-    return tuple(as_dim(d) for d in v)
+    return tuple(as_dim(d) for d in _p_list(v, key, "dimensions"))
 
 
+def _p_fn(v, key):
+    if isinstance(v, str):
+        return make_fn(v)
+    if isinstance(v, Fn):
+        return v
+    raise StepTypeError(f"parameter {key!r} must be a function name or fn(...), got {v!r}")
+
+
+def _p_type(v, key):
+    if not isinstance(v, (Tile, Selector, BufferRef, TupleType)):
+        raise StepTypeError(f"parameter {key!r} must be an element type (Tile, Selector, ...), got {v!r}")
+    return v
+
+
+def _p_values(v, key):
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    return _p_list(v, key, "values")
+
+
+def _p_ints(v, key):
+    return tuple(_p_int(x, key) for x in _p_list(v, key, "integers"))
+
+
+# per kind: (check a Python value, to JSON, from JSON); the checks take (value, key)
 PARAM_KINDS = {
-    "int": (_p_int, lambda v: v, lambda v: v),
-    "bool": (lambda v, k: bool(v), lambda v: v, lambda v: v),
-    "str": (lambda v, k: str(v), lambda v: v, lambda v: v),
-    "dim": (lambda v, k: as_dim(v), dim_str, parse_dim),
-    "dims": (_p_dims, lambda v: [dim_str(d) for d in v], lambda v: tuple(parse_dim(d) for d in v)),
-    "ints": (lambda v, k: tuple(_p_int(x, k) for x in v), list, tuple),
-    "fn": (lambda v, k: make_fn(v) if isinstance(v, str) else v, lambda v: v.to_json(), fn_from_json),
-    "type": (lambda v, k: v, type_to_json, type_from_json),
-    "json": (lambda v, k: v, lambda v: v, lambda v: v),
+    "int": (_p_int, lambda v: v, _p_int),
+    "bool": (lambda v, k: bool(v), lambda v: v, lambda v, k: v),
+    "str": (lambda v, k: str(v), lambda v: v, lambda v, k: v),
+    "dim": (lambda v, k: as_dim(v), dim_str, lambda v, k: as_dim(v)),
+    "dims": (_p_dims, lambda v: [dim_str(d) for d in v], _p_dims),
+    "ints": (_p_ints, list, _p_ints),
+    "fn": (_p_fn, lambda v: v.to_json(), lambda v, k: fn_from_json(v)),
+    "type": (_p_type, type_to_json, lambda v, k: type_from_json(v)),
+    "json": (lambda v, k: v, lambda v: v, lambda v, k: v),
+    "values": (_p_values, lambda v: v, _p_values),
 }
 
 
@@ -166,12 +198,22 @@ class Op:
                 for k, v in self.params.items()}
 
     @classmethod
-    def params_from_json(cls, obj: dict) -> dict:
+    def params_from_json(cls, obj: dict, name: str = "?") -> dict:
+        if not isinstance(obj, dict):
+            raise StepTypeError(f"{cls.kind} '{name}': params must be a JSON object, got {obj!r}")
         out = {}
         for k, v in obj.items():
             if k not in cls.params_spec:
-                raise StepTypeError(f"{cls.kind}: unknown parameter {k!r}")
-            out[k] = None if v is None else PARAM_KINDS[cls.params_spec[k][0]][2](v)
+                raise StepTypeError(f"{cls.kind} '{name}': unknown parameter {k!r}; it takes {sorted(cls.params_spec)}")
+            try:
+                out[k] = None if v is None else PARAM_KINDS[cls.params_spec[k][0]][2](v, k)
+            except StepTypeError as exc:
+                text = str(exc)
+                if f"parameter {k!r}" not in text:
+                    text = f"parameter {k!r}: {text}"
+                raise StepTypeError(f"{cls.kind} '{name}': {text}") from None
+            except (TypeError, ValueError, KeyError) as exc:
+                raise StepTypeError(f"{cls.kind} '{name}' parameter {k!r}: cannot read {v!r} ({exc})") from None
         return out
 
     # ---- errors
@@ -271,10 +313,23 @@ class _Source(Op):
             return self.p("values")
         key = self.p("data") or self.name
         try:
-            return io.ctx.streams[key]
+            vals = io.ctx.streams[key]
         except KeyError:
             raise StepRuntimeError(f"{where(self.kind, self.name)}: no input data {key!r} "
                                    f"(pass streams={{{key!r}: ...}} to the interpreter)") from None
+        if isinstance(vals, (str, bytes)) or not hasattr(vals, "__len__"):
+            raise io.fail(f"input data {key!r} must be a sequence, got {type(vals).__name__}")
+        return vals
+
+    @staticmethod
+    def _int(io, v, what):
+        try:
+            arr = np.asarray(v)
+            if arr.size != 1 or arr.dtype.kind not in "iu":
+                raise TypeError
+            return int(arr.reshape(-1)[0])
+        except (TypeError, ValueError):
+            raise io.fail(f"{what} must be an integer, got {v!r}") from None
 
     def length_dim(self):
         if self.p("values") is not None:
@@ -291,7 +346,7 @@ class SelectorSource(_Source):
     """
 
     kind = "SelectorSource"
-    params_spec = {"n": ("int",), "values": ("json", None), "data": ("str", None), "length": ("dim", None)}
+    params_spec = {"n": ("int",), "values": ("values", None), "data": ("str", None), "length": ("dim", None)}
 
     def infer(self):
         if self.p("n") < 1:
@@ -300,13 +355,14 @@ class SelectorSource(_Source):
 
     def run(self, io):
         n = self.p("n")
-        for row in self.values(io):
+        for t, row in enumerate(self.values(io)):
             mask = 0
-            for c in np.atleast_1d(np.asarray(row)).tolist():
+            for c in np.atleast_1d(np.asarray(row, dtype=object)).tolist():
+                c = self._int(io, c, f"choice of element {t}")
                 if c >= n:
-                    raise io.fail(f"choice {c} out of range for {n} outputs")
+                    raise io.fail(f"choice {c} of element {t} out of range for {n} outputs")
                 if c >= 0:
-                    mask |= 1 << int(c)
+                    mask |= 1 << c
             yield from io.put("out", data(mask))
         yield from io.put("out", DONE)
 
@@ -316,14 +372,14 @@ class IndexSource(_Source):
     """Rank-0 stream of ``[1, 1]`` int32 indices from a list (or the interpreter's data)."""
 
     kind = "IndexSource"
-    params_spec = {"values": ("json", None), "data": ("str", None), "length": ("dim", None)}
+    params_spec = {"values": ("values", None), "data": ("str", None), "length": ("dim", None)}
 
     def infer(self):
         return {"out": StreamType(Index(), (self.length_dim(),))}
 
     def run(self, io):
-        for v in self.values(io):
-            yield from io.put("out", data(np.array([[int(v)]], dtype=np.int32)))
+        for t, v in enumerate(self.values(io)):
+            yield from io.put("out", data(np.array([[self._int(io, v, f"element {t}")]], dtype=np.int32)))
         yield from io.put("out", DONE)
 
 
@@ -338,7 +394,7 @@ class StreamSource(_Source):
     """
 
     kind = "StreamSource"
-    params_spec = {"type": ("type",), "shape": ("dims",), "data": ("str", None), "values": ("json", None)}
+    params_spec = {"type": ("type",), "shape": ("dims",), "data": ("str", None), "values": ("values", None)}
 
     def infer(self):
         return {"out": StreamType(self.p("type"), self.p("shape"))}
@@ -442,6 +498,8 @@ class _OffChip(Op):
                                   f"{sorted(self.graph.tensors) or 'none'}") from None
 
     def tile_type(self) -> Tile:
+        if len(self.p("tile")) != 2:
+            raise self.type_error(f"tile must be [rows, cols], got {list(self.p('tile'))}")
         tr, tc = self.p("tile")
         spec = self.tensor()
         for what, t, full in (("rows", tr, spec.rows), ("cols", tc, spec.cols)):

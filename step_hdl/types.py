@@ -116,8 +116,12 @@ def parse_dim(text: str) -> Dim:
             names.setdefault(token, dyn(token))
     try:
         expr = sympy.sympify(cleaned, locals={**names, **_DIM_FUNCTIONS})
-    except (sympy.SympifyError, SyntaxError, TypeError) as exc:
+    except (sympy.SympifyError, SyntaxError, TypeError, AttributeError) as exc:
         raise StepTypeError(f"cannot parse dimension {text!r}: {exc}") from None
+    if not isinstance(expr, sympy.Expr):
+        raise StepTypeError(f"cannot parse dimension {text!r}: not an expression")
+    if expr.is_number and (not expr.is_integer or expr < 0):
+        raise StepTypeError(f"a dimension must be a non-negative integer, got {text!r}")
     return expr
 
 
@@ -387,12 +391,23 @@ def type_to_json(t: ElementType) -> dict:
 def type_from_json(obj: dict) -> ElementType:
     if not isinstance(obj, dict):
         raise StepTypeError(f"an element type must be a JSON object, got {obj!r}")
+    try:
+        return _type_from_json(obj)
+    except StepTypeError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StepTypeError(f"cannot read element type {obj!r} ({type(exc).__name__}: {exc})") from None
+
+
+def _type_from_json(obj: dict) -> ElementType:
     if "tile" in obj:
-        return Tile(dtype(obj["tile"]), parse_dim(obj["rows"]), parse_dim(obj["cols"]))
+        return Tile(dtype(obj["tile"]), as_dim(obj["rows"]), as_dim(obj["cols"]))
     if "selector" in obj:
-        return Selector(int(obj["selector"]))
+        if not isinstance(obj["selector"], int):
+            raise StepTypeError(f"selector width must be an integer, got {obj['selector']!r}")
+        return Selector(obj["selector"])
     if "buffer" in obj:
-        return BufferRef(type_from_json(obj["buffer"]), tuple(parse_dim(d) for d in obj["shape"]))
+        return BufferRef(type_from_json(obj["buffer"]), tuple(as_dim(d) for d in obj["shape"]))
     if "tuple" in obj:
         return TupleType(tuple(type_from_json(i) for i in obj["tuple"]))
     raise StepTypeError(f"unknown element type {obj!r}")
