@@ -1348,8 +1348,8 @@ class Promote(Op):
 
     def infer(self):
         st = self.t("in")
-        # 1, or 0 when the stream is empty: min(1, elements) keeps metrics exact
-        return {"out": st.with_shape((sympy.Min(1, st.elements),) + tuple(st.shape))}
+        # 1, or 0 when the stream is empty (no outer element at all): Min(1, D_r) keeps metrics exact
+        return {"out": st.with_shape((sympy.Min(1, st.shape[0]),) + tuple(st.shape))}
 
     def run(self, io):
         r = self.t("in").rank

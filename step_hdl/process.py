@@ -187,7 +187,5 @@ def _emit_level(em: Emitter, items, k: int):
         yield from em.end_block(1)
         return
     for item in items:
-        yield from _emit_level(em, item, k - 1)
-        yield from em.end_block(k)
-    if not items:
-        yield from em.end_block(k)
+        yield from _emit_level(em, item, k - 1)   # each item ends with S_(k-1) ...
+    yield from em.end_block(k)                    # ... the last one merges into S_k
