@@ -4,22 +4,37 @@ The language lives here (types, operators, graph, interpreter, metrics,
 workloads); hardware units, the mapper, simulation drivers and the FPGA flow
 live in the subpackages ``step_hdl.units``, ``step_hdl.mapper``,
 ``step_hdl.sim`` and ``step_hdl.fpga``.
+
+Names are imported lazily: ``import step_hdl.sim.cocotb_streams`` inside a
+simulator must not pull in sympy, whose import takes over ten seconds in
+cocotb's embedded Python.
 """
 
-from .errors import (StepDeadlockError, StepError, StepGraphError, StepRuntimeError, StepShapeError,
-                     StepTypeError)
-from .functions import Fn, fn
-from .graph import Graph, TensorSpec
-from .interp import RunResult, run
-from .token import DONE, Token, data, decode, encode, stop
-from .types import (DTYPES, BufferRef, Index, Ragged, Selector, StreamType, Tile, TupleType, dtype, dyn,
-                    ragged)
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "StepError", "StepShapeError", "StepTypeError", "StepGraphError", "StepRuntimeError", "StepDeadlockError",
-    "Fn", "fn", "Graph", "TensorSpec", "run", "RunResult", "Token", "DONE", "data", "stop", "encode", "decode",
-    "DTYPES", "dtype", "Tile", "Index", "Selector", "BufferRef", "TupleType", "StreamType", "Ragged", "dyn",
-    "ragged",
-]
+_EXPORTS = {
+    "errors": ["StepError", "StepShapeError", "StepTypeError", "StepGraphError", "StepRuntimeError",
+               "StepDeadlockError"],
+    "functions": ["Fn", "fn"],
+    "graph": ["Graph", "TensorSpec"],
+    "interp": ["run", "RunResult"],
+    "token": ["Token", "DONE", "data", "stop", "encode", "decode"],
+    "types": ["DTYPES", "dtype", "Tile", "Index", "Selector", "BufferRef", "TupleType", "StreamType", "Ragged",
+              "dyn", "ragged"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'step_hdl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -27,3 +27,14 @@ def kv_files():
         except TraceNotFound as exc:
             pytest.skip(f"KV traces unavailable: {exc}")
     return get
+
+
+def pytest_addoption(parser):
+    parser.addoption("--sim", default="amaranth", choices=("amaranth", "verilator", "icarus"),
+                     help="simulation back-end for hardware unit tests (default: amaranth)")
+
+
+@pytest.fixture(scope="session")
+def sim_backend(request):
+    """The back-end chosen with --sim."""
+    return request.config.getoption("--sim")

@@ -1,0 +1,143 @@
+"""Amaranth testbench helpers: stream senders and receivers with random stalls.
+
+The same stall model is used by the cocotb drivers (:mod:`step_hdl.sim.cocotb_streams`):
+a sender leaves a valid gap before a token with probability ``p_gap``; a
+receiver drops ``ready`` in a cycle with probability ``p_drop``. Both draw from
+``random.Random(seed)`` so a failing scenario replays exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .stalls import Stalls
+
+
+def stream_ports(component: wiring.Component) -> tuple[list[str], list[str]]:
+    """Names of a component's stream inputs and outputs (the ``cfg`` port excluded)."""
+    ins, outs = [], []
+    for name, member in component.signature.members.items():
+        if not member.is_signature or not isinstance(member.signature, stream.Signature) or name == "cfg":
+            continue
+        (ins if member.flow == In else outs).append(name)
+    return ins, outs
+
+
+async def send(ctx, port, values, stalls: Stalls):
+    """Send packed tokens on an input stream, with random valid gaps."""
+    raw = port.payload.as_value() if hasattr(port.payload, "as_value") else port.payload
+    for v in values:
+        while stalls():
+            await ctx.tick()
+        ctx.set(port.valid, 1)
+        ctx.set(raw, v)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+
+
+async def receive(ctx, port, stalls: Stalls, done_bit: int, into: list):
+    """Collect packed tokens from an output stream until the done token, with random ready drops."""
+    raw = port.payload.as_value() if hasattr(port.payload, "as_value") else port.payload
+    while True:
+        ctx.set(port.ready, 0 if stalls() else 1)
+        _, _, valid, ready, value = await ctx.tick().sample(port.valid, port.ready, raw)
+        if valid and ready:
+            into.append(value)
+            if value >> done_bit & 1:
+                ctx.set(port.ready, 0)
+                return
+
+
+async def write_config(ctx, port, writes: list[int]):
+    """Write a configuration image (packed ``addr | data << 8`` words), one per cycle."""
+    for w in writes:
+        ctx.set(port.valid, 1)
+        ctx.set(port.payload.as_value(), w)
+        await ctx.tick()
+    ctx.set(port.valid, 0)
+
+
+@dataclass
+class Scenario:
+    """One unit test run: inputs per port, expected outputs per port, stall settings.
+
+    All token values are packed integers (see :class:`step_hdl.units.layout.TokenFormat`).
+    """
+
+    inputs: dict[str, list[int]]
+    outputs: dict[str, int]            # output port -> bit index of its done flag
+    config: list[int] = field(default_factory=list)
+    seed: int = 0
+    p_gap: float = 0.3
+    p_drop: float = 0.3
+    max_cycles: int = 200_000
+
+    def to_json(self) -> dict:
+        return {"inputs": self.inputs, "outputs": self.outputs, "config": self.config, "seed": self.seed,
+                "p_gap": self.p_gap, "p_drop": self.p_drop, "max_cycles": self.max_cycles}
+
+
+class SimTimeout(AssertionError):
+    """A scenario did not finish: probably a deadlock in the unit."""
+
+
+def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = None) -> tuple[dict, int]:
+    """Run a scenario on the Amaranth simulator; return (outputs per port, cycles)."""
+    import sys
+
+    from amaranth.sim import Simulator
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # wide payloads (toolchain notes)
+    results = {p: [] for p in sc.outputs}
+    progress = {p: 0 for p in sc.inputs}
+    cycles = [0]
+    sim = Simulator(component)
+    sim.add_clock(1e-8)
+
+    def make_sender(k, p):
+        async def tb(ctx):
+            if sc.config:
+                await write_config(ctx, component.cfg, sc.config)
+            stalls = Stalls(sc.seed * 1000 + k, sc.p_gap)
+            port = getattr(component, p)
+            for v in sc.inputs[p]:
+                await send(ctx, port, [v], stalls)
+                progress[p] += 1
+        return tb
+
+    def make_receiver(k, p):
+        async def tb(ctx):
+            await receive(ctx, getattr(component, p), Stalls(sc.seed * 1000 + 500 + k, sc.p_drop),
+                          sc.outputs[p], results[p])
+        return tb
+
+    async def watchdog(ctx):
+        while True:
+            await ctx.tick()
+            cycles[0] += 1
+
+    for k, p in enumerate(sc.inputs):
+        sim.add_testbench(make_sender(k, p), background=True)
+    for k, p in enumerate(sc.outputs):
+        sim.add_testbench(make_receiver(k, p))
+    sim.add_process(watchdog)
+
+    async def limit(ctx):
+        for _ in range(sc.max_cycles):
+            await ctx.tick()
+        raise SimTimeout(f"no progress after {sc.max_cycles} cycles: inputs sent "
+                         f"{ {p: f'{progress[p]}/{len(sc.inputs[p])}' for p in sc.inputs} }, outputs received "
+                         f"{ {p: len(v) for p, v in results.items()} } (deadlock or missing done token)")
+    sim.add_testbench(limit, background=True)
+    if not sc.inputs and sc.config:
+        async def cfg_only(ctx):
+            await write_config(ctx, component.cfg, sc.config)
+        sim.add_testbench(cfg_only, background=True)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
+    return results, cycles[0]

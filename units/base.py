@@ -1,0 +1,68 @@
+"""Common base of the STeP hardware units.
+
+A unit is an :class:`amaranth.lib.wiring.Component` with
+
+* stream ports carrying the token layout of :mod:`step_hdl.units.layout`:
+  inputs ``i``/``i0``/``i_<role>``, outputs ``o``/``o0``/``o_<role>``;
+* a ``cfg`` port (:mod:`step_hdl.units.config`) for per-program settings;
+* a frozen, validated parameter dataclass (:mod:`step_hdl.units.params`).
+
+Port names follow the language's: operator port ``in`` is ``i``, ``in3`` is
+``i3``, role ``sel`` is ``i_sel``; ``out`` is ``o``, ``out2`` is ``o2``, ``pad``
+is ``o_pad``. :func:`hw_port` converts.
+"""
+
+from __future__ import annotations
+
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import ConfigRegs, Reg, config_signature
+from .layout import TokenFormat
+
+
+def hw_port(lang_port: str, output: bool) -> str:
+    """Hardware port name of an operator port (``in`` -> ``i``, ``sel`` -> ``i_sel``, ``out1`` -> ``o1``)."""
+    base, prefix = ("out", "o") if output else ("in", "i")
+    if lang_port == base:
+        return prefix
+    if lang_port.startswith(base) and lang_port[len(base):].isdigit():
+        return prefix + lang_port[len(base):]
+    return f"{prefix}_{lang_port}"
+
+
+def lang_port(hw: str) -> str:
+    """Inverse of :func:`hw_port`."""
+    prefix, rest = hw[0], hw[1:]
+    base = "out" if prefix == "o" else "in"
+    if rest == "":
+        return base
+    if rest.isdigit():
+        return base + rest
+    return rest.lstrip("_")
+
+
+class StepUnit(wiring.Component):
+    """Base class: subclasses define ``formats()`` (port -> (is_output, TokenFormat)) and ``registers()``."""
+
+    def __init__(self, params):
+        self.params = params
+        self.fmts: dict[str, tuple[bool, TokenFormat]] = self.formats()
+        self.regs = ConfigRegs(type(self).__name__, self.registers())
+        members = {"cfg": In(config_signature())}
+        for port, (is_out, fmt) in self.fmts.items():
+            members[port] = (Out if is_out else In)(stream.Signature(fmt.layout))
+        super().__init__(members)
+
+    def formats(self) -> dict[str, tuple[bool, TokenFormat]]:
+        raise NotImplementedError
+
+    def registers(self) -> list[Reg]:
+        return []
+
+    def config_image(self, **values) -> list[int]:
+        """Packed configuration writes for the given register values."""
+        return [ConfigRegs.pack(w) for w in self.regs.image(**values)]
+
+    def fmt(self, port: str) -> TokenFormat:
+        return self.fmts[port][1]
