@@ -43,7 +43,16 @@ def lang_port(hw: str) -> str:
 
 
 class StepUnit(wiring.Component):
-    """Base class: subclasses define ``formats()`` (port -> (is_output, TokenFormat)) and ``registers()``."""
+    """Base class of the STeP units.
+
+    Subclasses set ``kind`` (the language operator they implement, e.g.
+    ``"Flatten"``) and define :meth:`formats` (hardware port -> (is_output,
+    :class:`TokenFormat`)), :meth:`registers` and :meth:`configure`, which turns
+    a language node's parameters and input stream types into the unit's
+    configuration image.
+    """
+
+    kind = ""
 
     def __init__(self, params):
         self.params = params
@@ -58,6 +67,11 @@ class StepUnit(wiring.Component):
         raise NotImplementedError
 
     def registers(self) -> list[Reg]:
+        return []
+
+    def configure(self, op_params: dict, in_types: dict) -> list[int]:
+        """Configuration image for a language node with ``op_params`` whose input ports
+        (language names) have the stream types ``in_types``."""
         return []
 
     def config_image(self, **values) -> list[int]:

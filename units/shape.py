@@ -29,6 +29,8 @@ class Flatten(StepUnit):
     (output to input). A dropped stop is consumed without an output transfer.
     """
 
+    kind = "Flatten"
+
     def formats(self):
         f = tile_token_format(self.params)
         return {"i": (False, f), "o": (True, f)}
@@ -37,8 +39,8 @@ class Flatten(StepUnit):
         bits = tile_token_format(self.params).stop_bits
         return [Reg("lo", bits, 0, doc="lowest merged rank"), Reg("hi", bits, 1, doc="highest merged rank")]
 
-    def configure(self, lo: int, hi: int) -> list[int]:
-        return self.config_image(lo=lo, hi=hi)
+    def configure(self, op_params, in_types):
+        return self.config_image(lo=op_params["lo"], hi=op_params["hi"])
 
     def elaborate(self, platform):
         m = Module()

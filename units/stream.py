@@ -15,9 +15,15 @@ from amaranth.lib.wiring import In, Out
 from .params import ParamError
 
 
-def _check_depth(owner, depth):
+def _reject(component, message: str):
+    """Raise a ParamError from a constructor without Amaranth's 'created but never used' warning."""
+    component._MustUse__silence = True
+    raise ParamError(message)
+
+
+def _check_depth(component, depth):
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ParamError(f"{owner}: depth must be an integer >= 1, got {depth!r}")
+        _reject(component, f"{type(component).__name__}: depth must be an integer >= 1, got {depth!r}")
 
 
 class Queue(wiring.Component):
@@ -28,7 +34,7 @@ class Queue(wiring.Component):
     """
 
     def __init__(self, shape, depth: int):
-        _check_depth("Queue", depth)
+        _check_depth(self, depth)
         self.shape, self.depth = shape, depth
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
@@ -118,7 +124,7 @@ class Broadcast(wiring.Component):
 
     def __init__(self, shape, n: int):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ParamError(f"Broadcast: n must be an integer >= 1, got {n!r}")
+            _reject(self, f"Broadcast: n must be an integer >= 1, got {n!r}")
         self.shape, self.n = shape, n
         members = {"i": In(stream.Signature(shape))}
         members.update({f"o{k}": Out(stream.Signature(shape)) for k in range(n)})

@@ -20,6 +20,8 @@ def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int]
     Returns the cycle counts per seed.
     """
     expected = run_operator(kind, inputs, tensors=tensors, declare=declare, **op_params)
+    if config is None:  # what the mapper would write for this node
+        config = unit.configure(op_params, {port: st for port, (st, _) in inputs.items()})
     packed = {}
     for port, (_, toks) in inputs.items():
         hp = hw_port(port, output=False)
@@ -27,7 +29,7 @@ def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int]
     outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
     cycles = []
     for seed in seeds:
-        sc = Scenario(packed, outs, config or [], seed=seed, p_gap=p_gap, p_drop=p_drop)
+        sc = Scenario(packed, outs, config, seed=seed, p_gap=p_gap, p_drop=p_drop)
         got, n = run_scenario(unit, sc, backend, name or f"{type(unit).__name__.lower()}_dut")
         cycles.append(n)
         for hp in outs:

@@ -24,5 +24,4 @@ P = StreamParams(rows=1, cols=1, dtype="int32", max_rank=3)
 ])
 def test_flatten(sim_backend, lo, hi, st, text):
     unit = Flatten(P)
-    check_unit(unit, "Flatten", {"in": (st, toks(text))}, dict(lo=lo, hi=hi), unit.configure(lo, hi),
-               backend=sim_backend)
+    check_unit(unit, "Flatten", {"in": (st, toks(text))}, dict(lo=lo, hi=hi), backend=sim_backend)

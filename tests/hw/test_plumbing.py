@@ -1,0 +1,112 @@
+"""Stream plumbing and the StopMerger, under random stalls on any --sim back-end."""
+
+import random
+
+import numpy as np
+import pytest
+
+from step_hdl.process import Emitter
+from step_hdl.sim.rtl import run_scenario
+from step_hdl.sim.streams import Scenario
+from step_hdl.token import DONE, data, stop
+from step_hdl.units.layout import TokenFormat, tile_format
+from step_hdl.units.merger import StopMerger
+from step_hdl.units.params import ParamError
+from step_hdl.units.stream import BackwardSlice, Broadcast, ForwardSlice, FullSlice, Queue
+
+FMT = TokenFormat(tile_format("int16", 2, 2), 3)
+DONE_BIT = FMT.payload.width + FMT.stop_bits
+SEEDS = (0, 1, 2)
+
+
+def tokens(n=40):
+    rng = np.random.default_rng(7)
+    out = []
+    for k in range(n):
+        out.append(data(rng.integers(-100, 100, (2, 2)).astype(np.int16)))
+        if k % 5 == 4:
+            out.append(stop(1 + k % 3))
+    return out + [DONE]
+
+
+@pytest.mark.parametrize("make", [lambda: Queue(FMT.layout, 1), lambda: Queue(FMT.layout, 4),
+                                  lambda: ForwardSlice(FMT.layout), lambda: BackwardSlice(FMT.layout),
+                                  lambda: FullSlice(FMT.layout)],
+                         ids=["queue1", "queue4", "forward", "backward", "full"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pass_through_units(sim_backend, make, seed):
+    toks = tokens()
+    out, _ = run_scenario(make(), Scenario({"i": FMT.pack_all(toks)}, {"o": DONE_BIT}, seed=seed), sim_backend,
+                          "plumb")
+    assert FMT.unpack_all(out["o"]) == toks
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_broadcast_independent_ready(sim_backend, seed):
+    toks = tokens()
+    outs = {f"o{k}": DONE_BIT for k in range(3)}
+    out, _ = run_scenario(Broadcast(FMT.layout, 3), Scenario({"i": FMT.pack_all(toks)}, outs, seed=seed,
+                                                              p_drop=0.5), sim_backend, "bcast3")
+    for k in range(3):
+        assert FMT.unpack_all(out[f"o{k}"]) == toks
+
+
+def test_bad_plumbing_parameters():
+    with pytest.raises(ParamError, match="Queue: depth must be an integer >= 1, got 0"):
+        Queue(8, 0)
+    with pytest.raises(ParamError, match="Broadcast: n must be an integer >= 1"):
+        Broadcast(8, 0)
+
+
+# ---------------------------------------------------------------- StopMerger against the interpreter's Emitter
+
+class _Sink:
+    """Just enough of Ports for an Emitter."""
+
+    def __init__(self):
+        self.node = None
+        self.out = []
+
+    def put(self, port, tok):
+        self.out.append(tok)
+        yield None
+
+
+def reference(events):
+    sink = _Sink()
+    em = Emitter(sink, "o")
+    for kind, level, eager, payload in events:
+        gen = {"data": lambda: em.data(payload), "stop": lambda: em.stop(level), "done": em.done,
+               "end": lambda: em.end_block(level)}[kind]()
+        for _ in gen:
+            pass
+        if kind == "end" and eager:
+            for _ in em._flush():
+                pass
+    return sink.out
+
+
+def pack_event(kind, level, eager, payload):
+    pw, sb = FMT.payload.width, FMT.stop_bits
+    p = FMT.payload.pack(payload) if kind == "data" else 0
+    return (p | ((level if kind in ("stop", "end") else 0) << pw) | (int(kind == "done") << (pw + sb))
+            | (int(kind == "end") << (pw + sb + 1)) | (int(eager) << (pw + sb + 2)))
+
+
+def random_events(seed, n=60):
+    rng = random.Random(seed)
+    ev = []
+    for _ in range(n):
+        kind = rng.choice(["data", "data", "stop", "end", "end"])
+        tile = np.full((2, 2), rng.randrange(-50, 50), np.int16)
+        ev.append((kind, rng.randint(1, 3), rng.random() < 0.3, tile))
+    return ev + [("done", 0, False, None)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_stop_merger_matches_emitter(sim_backend, seed):
+    events = random_events(seed)
+    want = reference(events)
+    out, _ = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]}, {"o": DONE_BIT},
+                                                    seed=seed), sim_backend, "merger")
+    assert FMT.unpack_all(out["o"]) == want
