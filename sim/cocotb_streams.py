@@ -34,6 +34,8 @@ class StreamDriver:
         self.payload = getattr(dut, f"{name}__payload")
         self.stalls = stalls
         self.sent = 0
+        self.first = None
+        self.clock = [0]
         self.valid.value = 0
 
     async def send(self, values):
@@ -50,6 +52,8 @@ class StreamDriver:
                 if accepted:
                     break
             self.valid.value = 0
+            if self.first is None:
+                self.first = self.clock[0]
             self.sent += 1
 
 
@@ -64,6 +68,8 @@ class StreamMonitor:
         self.stalls = stalls
         self.done_bit = done_bit
         self.received: list[int] = []
+        self.when: list[int] = []
+        self.clock = [0]
         self.ready.value = 0
 
     async def run(self):
@@ -75,6 +81,7 @@ class StreamMonitor:
             await RisingEdge(self.clk)
             if fire:
                 self.received.append(value)
+                self.when.append(self.clock[0])
                 if value >> self.done_bit & 1:
                     self.ready.value = 0
                     return
@@ -111,20 +118,24 @@ async def test_scenario(dut):
         dut.cfg__valid.value = 0
     await reset(dut)
     await write_config(dut, sc["config"])
-    start = cocotb.utils.get_sim_time(unit="ns")
+    clock = [0]   # one cycle counter shared by drivers and monitors (transfer cycles)
+    for x in list(drivers.values()) + list(monitors.values()):
+        x.clock = clock
     for p, d in drivers.items():
         cocotb.start_soon(d.send(sc["inputs"][p]))
     tasks = [cocotb.start_soon(m.run()) for m in monitors.values()]
-    cycles = 0
     while not all(t.done() for t in tasks):
         await RisingEdge(dut.clk)
-        cycles += 1
-        if cycles > sc["max_cycles"]:
+        clock[0] += 1
+        if clock[0] > sc["max_cycles"]:
             break
+    firsts = [d.first for d in drivers.values() if d.first is not None]
     result = {"outputs": {p: m.received for p, m in monitors.items()},
-              "cycles": int((cocotb.utils.get_sim_time(unit="ns") - start) // 10),
+              "cycles": clock[0],
               "sent": {p: d.sent for p, d in drivers.items()},
-              "timeout": cycles > sc["max_cycles"]}
+              "first_in": min(firsts) if firsts else None,
+              "out_cycles": {p: m.when for p, m in monitors.items()},
+              "timeout": clock[0] > sc["max_cycles"]}
     with open(os.environ["STEP_HDL_RESULT"], "w") as f:
         json.dump(result, f)
     assert not result["timeout"], (f"no progress after {sc['max_cycles']} cycles: sent {result['sent']}, "

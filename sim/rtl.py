@@ -113,11 +113,15 @@ def _failures(results_xml: Path) -> list[str]:
     return out
 
 
-def run_scenario(component, scenario, backend: str = "amaranth", name: str | None = None) -> tuple[dict, int]:
-    """Run a :class:`~step_hdl.sim.streams.Scenario` on any back-end; return (outputs, cycles)."""
+def run_scenario(component, scenario, backend: str = "amaranth", name: str | None = None,
+                 timing: dict | None = None) -> tuple[dict, int]:
+    """Run a :class:`~step_hdl.sim.streams.Scenario` on any back-end; return (outputs, cycles).
+
+    ``timing`` (optional) receives ``first_in`` and ``out_cycles`` (see :func:`run_amaranth`).
+    """
     from .streams import SimTimeout, run_amaranth
     if backend == "amaranth":
-        return run_amaranth(component, scenario)
+        return run_amaranth(component, scenario, timing=timing)
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     name = name or type(component).__name__.lower()
@@ -127,4 +131,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
                          f"received { {p: len(v) for p, v in res['outputs'].items()} }")
     if res["failures"]:
         raise RtlError(f"cocotb test failed on {backend}: {res['failures']}")
+    if timing is not None:
+        timing["first_in"] = res["first_in"]
+        timing["out_cycles"] = res["out_cycles"]
     return res["outputs"], res["cycles"]

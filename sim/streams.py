@@ -38,14 +38,21 @@ async def send(ctx, port, values, stalls: Stalls):
         ctx.set(port.valid, 0)
 
 
-async def receive(ctx, port, stalls: Stalls, done_bit: int, into: list):
-    """Collect packed tokens from an output stream until the done token, with random ready drops."""
+async def receive(ctx, port, stalls: Stalls, done_bit: int, into: list, when: list | None = None,
+                  clock: list | None = None):
+    """Collect packed tokens from an output stream until the done token, with random ready drops.
+
+    With ``when`` and ``clock`` (a one-element cycle counter), the cycle of each
+    transfer is appended to ``when``.
+    """
     raw = port.payload.as_value() if hasattr(port.payload, "as_value") else port.payload
     while True:
         ctx.set(port.ready, 0 if stalls() else 1)
         _, _, valid, ready, value = await ctx.tick().sample(port.valid, port.ready, raw)
         if valid and ready:
             into.append(value)
+            if when is not None:
+                when.append(clock[0])
             if value >> done_bit & 1:
                 ctx.set(port.ready, 0)
                 return
@@ -84,15 +91,23 @@ class SimTimeout(AssertionError):
     """A scenario did not finish: probably a deadlock in the unit."""
 
 
-def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = None) -> tuple[dict, int]:
-    """Run a scenario on the Amaranth simulator; return (outputs per port, cycles)."""
+def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = None,
+                 timing: dict | None = None) -> tuple[dict, int]:
+    """Run a scenario on the Amaranth simulator; return (outputs per port, cycles).
+
+    ``timing``, if given, receives ``first_in`` (cycle of the first input
+    transfer) and ``out_cycles`` (per output port, the cycle of each transfer),
+    counted from the end of configuration.
+    """
     import sys
 
     from amaranth.sim import Simulator
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # wide payloads (toolchain notes)
     results = {p: [] for p in sc.outputs}
+    when = {p: [] for p in sc.outputs}
     progress = {p: 0 for p in sc.inputs}
     cycles = [0]
+    first_in = []
     sim = Simulator(component)
     sim.add_clock(1e-8)
 
@@ -104,13 +119,15 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
             port = getattr(component, p)
             for v in sc.inputs[p]:
                 await send(ctx, port, [v], stalls)
+                if not first_in:
+                    first_in.append(cycles[0])
                 progress[p] += 1
         return tb
 
     def make_receiver(k, p):
         async def tb(ctx):
             await receive(ctx, getattr(component, p), Stalls(sc.seed * 1000 + 500 + k, sc.p_drop),
-                          sc.outputs[p], results[p])
+                          sc.outputs[p], results[p], when[p], cycles)
         return tb
 
     async def watchdog(ctx):
@@ -140,4 +157,8 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
             sim.run()
     else:
         sim.run()
+    if timing is not None:
+        cfg = len(sc.config)
+        timing["first_in"] = (first_in[0] - cfg) if first_in else None
+        timing["out_cycles"] = {p: [c - cfg for c in v] for p, v in when.items()}
     return results, cycles[0]

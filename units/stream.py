@@ -29,7 +29,7 @@ def _check_depth(component, depth):
 class Queue(wiring.Component):
     """A FIFO of ``depth`` tokens.
 
-    Latency 1 (registered output), initiation interval 1. No combinational path
+    Latency 2 (measured: write, then registered read), II 1. No combinational path
     from input to output or from ``o.ready`` to ``i.ready``.
     """
 

