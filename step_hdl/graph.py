@@ -155,10 +155,11 @@ class Graph:
         f = self._fn(fn, name, "Map", fn_params)
         return self.add("Map", name, {f"in{i}": s for i, s in enumerate(streams)}, fn=f, n=len(streams)).out
 
-    def accum(self, stream, update, init, rank=1, name=None) -> StreamRef:
+    def accum(self, stream, update, init, rank=1, keep=0, name=None) -> StreamRef:
+        """Accum; ``keep`` inner dimensions are positions reduced separately (see ops.Accum)."""
         name = name or self._fresh("Accum")
         return self.add("Accum", name, {"in": stream}, update=self._fn(update, name, "Accum"),
-                        init=self._fn(init, name, "Accum"), rank=rank).out
+                        init=self._fn(init, name, "Accum"), rank=rank, keep=keep or None).out
 
     def scan(self, stream, update, init, rank=1, name=None) -> StreamRef:
         name = name or self._fresh("Scan")

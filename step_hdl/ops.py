@@ -1058,12 +1058,15 @@ class _Reduce(Op):
             raise self.type_error(f"init {init.name!r} is not an init function (zeros, lowest)")
         if upd.spec.kind != "map" or upd.spec.arity != 2:
             raise self.type_error(f"update {upd.name!r} must take (state, element)")
-        b = self.p("rank")
+        b, keep = self.p("rank"), self.params.get("keep", 0)
         if b < 1:
             raise self.shape_error(f"rank must be >= 1, got {b}")
-        self.need_rank("in", b, "rank")
+        if keep < 0:
+            raise self.shape_error(f"keep must be >= 0, got {keep}")
+        self.need_rank("in", b + keep, "rank + keep")
         st = self.t("in")
-        count = sympy.Mul(*st.shape[-b:])  # per chunk: a ragged length stays ragged
+        n = len(st.shape)
+        count = sympy.Mul(*st.shape[n - b - keep:n - keep])  # per chunk: a ragged length stays ragged
         try:
             return upd.spec.accum_type(upd, init.spec.out_type(init), st.dtype, count)
         except StepTypeError as exc:
@@ -1110,16 +1113,36 @@ def _state_out_type(op, state):
 
 @register
 class Accum(_Reduce):
-    """Reduce each rank-``rank`` chunk to one element: ``init`` at the chunk start, ``update`` per element."""
+    """Reduce each rank-``rank`` chunk to one element: ``init`` at the chunk start, ``update`` per element.
+
+    With ``keep = q > 0`` the innermost ``q`` dimensions are positions that are
+    kept: the ``rank`` dimensions above them are reduced separately for every
+    position (one state per position), and each reduced chunk emits a block of
+    the ``q`` inner dimensions. This is how an accumulator whose state is a
+    large logical tile works on a stream of its physical tiles
+    (``[n, R/P, C/P]`` with ``rank=1, keep=2`` sums over ``n`` per tile
+    position); it holds one state per position on chip.
+    """
 
     kind = "Accum"
+    params_spec = {**_Reduce.params_spec, "keep": ("int", 0)}
 
     def infer(self):
         self._state = self.state_type()
         st = self.t("in")
-        return {"out": StreamType(self._state, st.shape[:-self.p("rank")])}
+        b, keep = self.p("rank"), self.p("keep")
+        n = len(st.shape)
+        return {"out": StreamType(self._state, tuple(st.shape[:n - b - keep]) + tuple(st.shape[n - keep:]))}
+
+    def onchip_bytes(self):
+        keep = self.p("keep")
+        positions = sympy.Mul(*self.t("in").shape[len(self.t("in").shape) - keep:]) if keep else 1
+        return positions * self._state.nbytes
 
     def run(self, io):
+        if self.p("keep"):
+            yield from self._run_keep(io)
+            return
         b = self.p("rank")
         state = self.init_state(io)
         while True:
@@ -1134,6 +1157,37 @@ class Accum(_Reduce):
                 if t.stop > b:
                     yield from io.put("out", stop(t.stop - b))
                 state = self.init_state(io)
+
+
+    def _run_keep(self, io):
+        b, keep = self.p("rank"), self.p("keep")
+        states: dict[int, object] = {}
+        template: list = []          # the first inner block of the chunk: positions and inner stops
+        first, pos = True, 0
+        while True:
+            t = yield from io.get("in")
+            if t.done:
+                yield from io.put("out", DONE)
+                return
+            if t.stop == 0:
+                states[pos] = self.update(states.get(pos, self.init_state(io)), t.payload)
+                if first:
+                    template.append(pos)
+                pos += 1
+            elif t.stop < keep:
+                if first:
+                    template.append(stop(t.stop))
+            else:
+                if not first and pos != sum(1 for x in template if isinstance(x, int)):
+                    raise io.fail(f"inner block of {pos} elements, the first one had "
+                                  f"{sum(1 for x in template if isinstance(x, int))}: kept dimensions must "
+                                  f"have the same size in every reduced element")
+                first, pos = False, 0
+                if t.stop >= keep + b:
+                    for x in template:
+                        yield from io.put("out", data(self.final(states[x], io)) if isinstance(x, int) else x)
+                    yield from io.put("out", stop(t.stop - b))  # the block's S_keep merges into it
+                    states, template, first = {}, [], True
 
 
 @register

@@ -1,0 +1,48 @@
+"""Hierarchical tiling: the lowered graph computes what the logical graph computes."""
+
+import itertools
+
+import numpy as np
+import pytest
+import sympy
+
+from step_hdl import Graph, run
+from step_hdl.mapper.tiling import TilingError, tile_physical
+from step_hdl.metrics import metrics
+from step_hdl.workloads import swiglu
+
+SWEEP = list(itertools.product([16, 32, 64], [16, 32, 64, 128, 256]))
+
+
+@pytest.mark.parametrize("tile_b, tile_inter", SWEEP)
+def test_swiglu_paper_sweep_at_16x16(tile_b, tile_inter):
+    w = swiglu(64, 256, 512, tile_b, tile_inter, "int16", seed=tile_b * tile_inter)
+    lowered = tile_physical(w.graph, 16)
+    res = run(lowered, w.tensors)
+    assert np.array_equal(res.memory["y"], w.expected["y"])
+    # the same tiles cross the chip boundary, in smaller pieces
+    assert res.offchip_bytes == w.run().offchip_bytes
+    assert sympy.simplify(metrics(lowered).offchip_bytes - metrics(w.graph).offchip_bytes) == 0
+    assert all(t.payload.shape == (16, 16) for t in res.edges["down_proj_tiles.out"] if t.is_data)
+
+
+@pytest.mark.parametrize("dt", ["int8", "fp32"])
+def test_swiglu_small_at_4x4(dt):
+    w = swiglu(32, 64, 128, 16, 32, dt)
+    res = run(tile_physical(w.graph, 4), w.tensors)
+    assert w.mismatches(res) == {}
+
+
+def test_unsupported_operator_is_named():
+    g = Graph("t")
+    g.tensor("x", 8, 8, "int16")
+    x = g.load("x", tile=(8, 8), out_shape=[1], stride=[1])
+    g.output(g.map(x, "row_sum", name="rs"))
+    with pytest.raises(TilingError, match="Map 'rs': function 'row_sum' is not supported"):
+        tile_physical(g, 4)
+
+
+def test_partial_physical_tiles_are_reported():
+    w = swiglu(32, 64, 128, 16, 32, "int16")
+    with pytest.raises(TilingError, match=r"logical tile \[16, 64\] is not a multiple of the physical tile 3x3"):
+        tile_physical(w.graph, 3)
