@@ -1,0 +1,63 @@
+"""Binding: every node of a lowered graph to one unit instance of the fabric."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fabric import NO_UNIT, Fabric, FabricError, needed_units
+
+
+@dataclass(frozen=True)
+class Binding:
+    """``instances[node name] = (kind, index)``: the node runs on unit ``kind`` number ``index``."""
+
+    fabric: Fabric
+    instances: dict
+
+    def report(self) -> dict:
+        used = needed_units_from(self.instances)
+        return {"units": {k: {"used": used.get(k, 0), "available": self.fabric.units.get(k, 0)}
+                          for k in sorted(set(used) | set(self.fabric.units))},
+                "nodes": {n: f"{k}#{i}" for n, (k, i) in self.instances.items()}}
+
+
+def needed_units_from(instances) -> dict:
+    out: dict = {}
+    for kind, _ in instances.values():
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def bind(graph, fabric: Fabric) -> Binding:
+    """Bind ``graph``'s nodes to ``fabric``'s units, or raise a :class:`FabricError` listing what is missing."""
+    problems = []
+    for node in graph.nodes.values():
+        for port, ref in node.inputs.items():
+            if ref is None:
+                continue
+            t = ref.type.dtype
+            rows = getattr(t, "rows", None)
+            if rows is not None and (t.rows != 1 or t.cols != 1) and (t.rows != fabric.tile or t.cols != fabric.tile):
+                problems.append(f"{node.kind} '{node.name}' port '{port}' carries {t} tiles; the fabric's "
+                                f"physical tile is {fabric.tile}x{fabric.tile} (run the tiling pass first)")
+        if node.kind == "Map" and node.p("fn").name not in fabric.map_functions:
+            problems.append(f"Map '{node.name}' needs function {node.p('fn').name!r}; the fabric's Map units "
+                            f"support {', '.join(fabric.map_functions)}")
+    need = needed_units(graph)
+    for kind, n in sorted(need.items()):
+        have = fabric.units.get(kind, 0)
+        if n > have:
+            names = [x.name for x in graph.nodes.values() if x.kind == kind]
+            problems.append(f"the graph needs {n} {kind} unit(s) ({', '.join(names[:6])}"
+                            f"{', ...' if len(names) > 6 else ''}); the fabric has {have}")
+    if problems:
+        raise FabricError("graph does not fit the fabric:\n  " + "\n  ".join(problems))
+    counters: dict[str, int] = {}
+    instances = {}
+    for node in graph.nodes.values():
+        if node.kind in NO_UNIT:
+            continue
+        k = counters.get(node.kind, 0)
+        counters[node.kind] = k + 1
+        instances[node.name] = (node.kind, k)
+    return Binding(fabric, instances)

@@ -1,0 +1,64 @@
+"""Fabric description, binding and the checked mapping flow."""
+
+import pytest
+
+from step_hdl import fn
+from step_hdl.mapper import flow
+from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
+from step_hdl.mapper.flow import Pass, PassCheckError, lower
+from step_hdl.workloads import swiglu
+
+
+@pytest.fixture(scope="module")
+def small():
+    return swiglu(32, 64, 128, 16, 32, "int16")
+
+
+def test_fabric_json_round_trip_and_validation():
+    f = Fabric(tile=4, units={"Map": 3, "Accum": 1})
+    assert Fabric.from_json(f.dumps()) == f
+    for bad, msg in [(dict(tile=0), "tile must be an integer >= 1, got 0"),
+                     (dict(dtype="fp64"), "dtype 'fp64' is not one of"),
+                     (dict(units={"Map": -1}), "unit count for 'Map' must be an integer >= 0"),
+                     (dict(map_functions=("gelu",)), "unknown Map function 'gelu'"),
+                     (dict(tile=64, sram_bytes=1024), "cannot double-buffer one 64x64 int16 tile")]:
+        with pytest.raises(FabricError, match=msg):
+            Fabric(**bad)
+    with pytest.raises(FabricError, match=r"unknown field\(s\) \['tiles'\]"):
+        Fabric.from_json('{"tiles": 4}')
+
+
+def test_lower_sizes_a_fitting_fabric_and_binds_every_node(small):
+    lo = lower(small.graph, 4, small.tensors)
+    assert [name for name, _ in lo.stages] == ["tile_physical"]
+    rep = lo.binding.report()
+    assert all(u["used"] == u["available"] for u in rep["units"].values())
+    assert len(rep["nodes"]) == len(lo.graph.nodes)
+    assert lo.fabric == fabric_for(lo.graph, 4)
+
+
+def test_graph_that_does_not_fit_says_what_is_missing(small):
+    fab = Fabric(tile=4, units={"Map": 2, "LinearOffChipLoad": 4, "LinearOffChipStore": 1, "Accum": 4,
+                                "Broadcast": 1, "Bufferize": 6, "Streamify": 6})
+    with pytest.raises(FabricError, match=r"needs 9 Map unit\(s\) \(gate_proj_tiles, .*\); the fabric has 2"):
+        lower(small.graph, fab)
+    fab = fabric_for(lower(small.graph, 4).graph, 4, map_functions=("matmul", "mul", "requantize"))
+    with pytest.raises(FabricError, match="Map 'silu' needs function 'silu'"):
+        lower(small.graph, fab)
+
+
+def test_unlowered_tiles_do_not_bind(small):
+    from step_hdl.mapper.binding import bind
+    with pytest.raises(FabricError, match=r"carries int16\[16,64\] tiles; the fabric's physical tile is 4x4"):
+        bind(small.graph, Fabric(tile=4, units={k: 99 for k in ("Map", "Accum", "Broadcast",
+                                                                 "LinearOffChipLoad", "LinearOffChipStore")}))
+
+
+def test_a_pass_that_changes_the_result_is_caught(small, monkeypatch):
+    def broken(g, f):
+        out = flow.tile_physical(g, f.tile)
+        out.nodes["gate_requant"].params["fn"] = fn("requantize", shift=9, dtype="int16")
+        return out
+    monkeypatch.setattr(flow, "PASSES", [Pass("broken", broken)])
+    with pytest.raises(PassCheckError, match="pass 'broken' changed tensor 'y'"):
+        lower(small.graph, 4, small.tensors)
