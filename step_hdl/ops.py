@@ -479,9 +479,7 @@ class Broadcast(Op):
         outs = list(self.out_types)
         while True:
             t = yield from io.get("in")
-            for o in outs:
-                io.outs[o].push(t)
-            yield None
+            yield from io.put_all(outs, t)
             if t.done:
                 return
 
@@ -854,12 +852,11 @@ class Partition(Op):
         while True:
             t = yield from io.peek("in")
             if t.stop and p == 0:
-                io.ins["in"].queue.popleft()
+                yield from io.get("in")
                 continue
             if t.done:
-                io.ins["in"].queue.popleft()
-                for i in range(n):
-                    io.outs[f"out{i}"].push(DONE)
+                yield from io.get("in")
+                yield from io.put_all([f"out{i}" for i in range(n)], DONE)
                 # leftover selectors (e.g. credits in a feedback loop) are drained.
                 while not (yield from io.get_data("sel")).done:
                     pass
@@ -868,11 +865,9 @@ class Partition(Op):
             if s.done:
                 raise io.fail("selector stream ended while input chunks remain", "sel")
             chunk = _chunk_out((yield from io.read_chunk("in", p)), p)
-            for i in range(n):
-                if s.payload >> i & 1:
-                    for tok in chunk:
-                        io.outs[f"out{i}"].push(tok)
-            yield None
+            chosen = [f"out{i}" for i in range(n) if s.payload >> i & 1]
+            for tok in chunk:
+                yield from io.put_all(chosen, tok)   # a multi-hot copy costs one transfer
 
 
 @register
@@ -987,9 +982,8 @@ class EagerMerge(Op):
                 live.remove(port)
                 continue
             for tok in _chunk_out(chunk, p):
-                io.outs["out"].push(tok)
-            io.outs["sel"].push(data(1 << int(port[2:])))
-            yield None
+                yield from io.put("out", tok)
+            yield from io.put("sel", data(1 << int(port[2:])))
         yield from io.put("out", DONE)
         yield from io.put("sel", DONE)
 
@@ -1063,7 +1057,7 @@ class _Reduce(Op):
             raise self.shape_error(f"rank must be >= 1, got {b}")
         if keep < 0:
             raise self.shape_error(f"keep must be >= 0, got {keep}")
-        self.need_rank("in", b + keep, "rank + keep")
+        self.need_rank("in", b + keep, "rank + keep" if keep else "rank")
         st = self.t("in")
         n = len(st.shape)
         count = sympy.Mul(*st.shape[n - b - keep:n - keep])  # per chunk: a ragged length stays ragged

@@ -69,6 +69,12 @@ class Ports:
         self.outs[port].push(tok)
         yield None
 
+    def put_all(self, ports: list[str], tok: Token):
+        """The same token to several outputs at once (a broadcast or multi-hot copy)."""
+        for port in ports:
+            self.outs[port].push(tok)
+        yield None
+
     def wait_any(self, ports: list[str]):
         """Block until one of ``ports`` holds a token; return one (lowest index, or random if seeded)."""
         chans = [self.ins[p] for p in ports]
@@ -88,10 +94,10 @@ class Ports:
         while True:
             tok = yield from self.peek(port)
             if tok.done:
-                self.ins[port].queue.popleft()
+                yield from self.get(port)
                 return None
             if p == 0 and tok.stop:
-                self.ins[port].queue.popleft()
+                yield from self.get(port)
                 continue
             break
         if p == 0:
