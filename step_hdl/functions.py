@@ -646,8 +646,46 @@ class Range(FnSpec):
 
 # --------------------------------------------------------------------------- applying with types
 
+class ShapeOnly:
+    """A tile payload without values, for timing-only runs: shape and element type only.
+
+    Functions on it return :class:`ShapeOnly` results of the shape their type
+    rule gives, so data-dependent sizes (packed tiles, unpacked rows) stay exact
+    while no arithmetic is done.
+    """
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dt: DType):
+        self.shape = tuple(int(x) for x in shape)
+        self.dtype = dt
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.dtype.bytes
+
+    def __getitem__(self, rows):
+        n = len(range(*rows.indices(self.shape[0])))
+        return ShapeOnly((n, self.shape[1]), self.dtype)
+
+    def __eq__(self, other):
+        return isinstance(other, ShapeOnly) and other.shape == self.shape and other.dtype == self.dtype
+
+    def __repr__(self):
+        return f"{self.dtype}{list(self.shape)}"
+
+
+def _as_tile_type(x) -> Tile:
+    if isinstance(x, ShapeOnly):
+        return Tile(x.dtype, x.shape[0], x.shape[1])
+    return Tile(_np_dtype(x) if x.dtype.kind == "i" else dtype("fp32"), x.shape[0], x.shape[1])
+
+
 def apply_typed(f: Fn, out: Tile, *xs):
     """Run ``f`` on payloads and represent the result in the declared output type."""
+    if any(isinstance(x, ShapeOnly) for x in xs):
+        t = f.spec.out_type(f, *(_as_tile_type(x) for x in xs))
+        return ShapeOnly((t.rows, t.cols), out.dtype if isinstance(out, Tile) else t.dtype)
     y = f.spec.apply(f, *xs)
     if isinstance(out, Tile) and isinstance(y, np.ndarray):
         if out.dtype.name == "bf16":
@@ -661,5 +699,5 @@ def tuple_of(*types) -> TupleType:
     return TupleType(tuple(types))
 
 
-__all__ = ["Fn", "fn", "fn_from_json", "FUNCTIONS", "FnSpec", "apply_typed", "wrap_int32", "saturate",
+__all__ = ["Fn", "fn", "fn_from_json", "FUNCTIONS", "FnSpec", "apply_typed", "ShapeOnly", "wrap_int32", "saturate",
            "round_bf16", "cast", "silu_fixed", "exp_fixed", "dyn"]

@@ -11,10 +11,12 @@ Items are distributed over ``regions`` parallel regions:
 
 * ``interleaved``: request ``b`` goes to region ``b mod R``;
 * ``contiguous``: requests are split into ``R`` consecutive blocks;
-* ``dynamic``: each region announces when it is free (one initial credit,
-  then one per finished item); an EagerMerge of those announcements is the
-  selector that Partitions the next item to the first free region (a cycle
-  through the EagerMerge, closed with ``Graph.feedback``).
+* ``dynamic``: each region announces when it can take more work (``credits``
+  initial announcements, default 2 so a region loads its next item while it
+  computes the current one, then one per finished item); an EagerMerge of
+  those announcements is the selector that Partitions the next item to the
+  first free region (a cycle through the EagerMerge, closed with
+  ``Graph.feedback``).
 
 Off-chip layout: ``q`` and ``out`` are ``[items·G, d]``; ``K`` and ``V`` hold
 the rows of item 0, then item 1, ... (``[Σ L_b·heads, d]``); ``kv_table`` is
@@ -43,7 +45,8 @@ def static_assignment(batch: int, regions: int, strategy: str) -> np.ndarray:
     raise ValueError(f"strategy {strategy!r} is not static; static strategies: interleaved, contiguous")
 
 
-def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", total_rows=None) -> Graph:
+def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", total_rows=None,
+              credits: int = 2) -> Graph:
     dt = make_dtype(dt)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -91,7 +94,7 @@ def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", to
         out = g.map([o, denom], "div", name=p + "normalize")
         ack = g.random_store(i_st, out, "out", tile=(G, d), name=p + "store")
         if strategy == "dynamic":
-            credit = g.index_source(values=[r], name=p + "credit")
+            credit = g.index_source(values=[r] * credits, name=p + "credit")
             free, free_sel = g.eager_merge([credit, ack], rank=0, name=p + "free")
             g.output(free_sel, name=p + "free_sel_sink")
             announces.append(free)
@@ -117,7 +120,7 @@ def gqa_reference(q, k_rows, v_rows, table, group) -> np.ndarray:
 
 
 def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="dynamic", dtype="fp32",
-               seed=0) -> Workload:
+               seed=0, credits: int = 2) -> Workload:
     """GQA decode over a batch with KV lengths ``kv_lens`` (e.g. a real trace, scaled down)."""
     dt = make_dtype(dtype)
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
@@ -127,7 +130,7 @@ def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="d
     lens = np.repeat(kv_lens, kv_heads)  # item (b, h) has request b's length
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
     total = int(lens.sum())
-    g = gqa_graph(B, kv_heads, group, head_dim, regions, strategy, dt, total_rows=total)
+    g = gqa_graph(B, kv_heads, group, head_dim, regions, strategy, dt, total_rows=total, credits=credits)
     rng = np.random.default_rng(seed)
     q = (rng.standard_normal((B * kv_heads * group, head_dim)) / np.sqrt(head_dim)).astype(np.float32)
     k = rng.standard_normal((total, head_dim)).astype(np.float32)

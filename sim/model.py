@@ -1,0 +1,484 @@
+"""Fast approximate performance model: the STeP graph as timed processes.
+
+The model runs the user's graph — logical tiles, not the lowered one — with
+the reference interpreter's operator code, but as a discrete-event simulation:
+every node is a process with a clock, every edge a bounded FIFO (the fabric's
+depth), and every token transfer takes time from a rule derived from the
+fabric:
+
+* moving a tile costs ``ceil(bytes / stream_bw)`` cycles, where ``stream_bw``
+  is one physical tile per cycle (``P·P·e`` bytes);
+* a Map or Accum element costs ``max(input bytes / stream_bw, FLOPs /
+  compute rate, output bytes / stream_bw)``; a matmul unit does ``P³`` MACs
+  per cycle (``2·P³`` FLOPs), element-wise units one physical tile per cycle;
+* routing with a selector costs one cycle per selector token plus the transfer
+  of each routed token (a multi-hot copy is one transfer); a stop or done
+  token costs one cycle;
+* off-chip tiles go through :class:`Dram`, which has the parameters of the
+  RTL's DRAM model (:class:`DramParams`): channels, bytes per request, latency,
+  cycles between requests per channel, requests in flight.
+
+Data values are optional: with ``timing_only=True`` tiles are
+:class:`~step_hdl.functions.ShapeOnly` (sizes without values) so full-size
+models run without the arithmetic; indices and selectors keep their values
+(they decide routing). The model reports total cycles, per-node busy,
+stalled (output FIFO full) and idle (input empty) cycles, off-chip bytes and
+bandwidth utilization, compute utilization, and detects deadlock naming the
+blocked channels.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
+from step_hdl.functions import ShapeOnly
+from step_hdl.graph import Graph
+from step_hdl.interp import Context, Memory, _bindings
+from step_hdl.process import Channel, Ports
+from step_hdl.types import Tile, dtype as make_dtype
+
+
+# ----------------------------------------------------------------------------- DRAM
+
+@dataclass(frozen=True)
+class DramParams:
+    """Off-chip memory timing, shared with the RTL DRAM model.
+
+    ``channels`` independent channels; a request moves ``request_bytes``; each
+    channel accepts a new request every ``interval`` cycles; a request completes
+    ``latency`` cycles after it is accepted; at most ``inflight`` requests are
+    outstanding. Consecutive ``request_bytes`` blocks of the address space
+    interleave over the channels.
+    """
+
+    channels: int = 8
+    request_bytes: int = 64
+    latency: int = 64
+    interval: int = 2
+    inflight: int = 512
+
+    @property
+    def peak_bytes_per_cycle(self) -> float:
+        return self.channels * self.request_bytes / self.interval
+
+
+#: the STeP paper's validation setup: 8 channels, 64-byte requests, one request per channel every 2 cycles
+DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512)}
+
+
+class Dram:
+    """Channel occupancy per transfer in O(channels), not per request (a logical tile may be megabytes).
+
+    A transfer of ``n`` requests starting at channel ``c0`` gives each channel
+    its share; a channel issues one request per ``interval`` cycles from when it
+    is free; a request completes ``latency`` cycles after issue. The in-flight
+    limit caps the rate at ``inflight / latency`` requests per cycle.
+    """
+
+    def __init__(self, p: DramParams):
+        self.p = p
+        self.free = [0] * p.channels
+        self.window_free = 0.0
+        self.bytes = 0
+        self.last = 0
+
+    def access(self, now: int, addr: int, nbytes: int) -> int:
+        """Issue the requests of one transfer at ``now``; return the cycle the last one completes."""
+        p = self.p
+        n = max(1, math.ceil(nbytes / p.request_bytes))
+        c0 = (addr // p.request_bytes) % p.channels
+        base, extra = divmod(n, p.channels)
+        done = now
+        for ch in range(p.channels):
+            count = base + (1 if (ch - c0) % p.channels < extra else 0)
+            if not count:
+                continue
+            start = max(now, self.free[ch])
+            self.free[ch] = start + count * p.interval
+            done = max(done, start + (count - 1) * p.interval + p.latency)
+        # in-flight limit: at most `inflight` requests per `latency` cycles
+        start = max(float(now), self.window_free)
+        self.window_free = start + n * p.latency / p.inflight
+        done = max(done, math.ceil(self.window_free) + p.latency - 1)
+        self.bytes += nbytes
+        self.last = max(self.last, done)
+        return done
+
+
+# ----------------------------------------------------------------------------- parameters
+
+@dataclass(frozen=True)
+class ModelParams:
+    """What the model needs of a fabric: physical tile, element type, FIFO depth, DRAM."""
+
+    tile: int = 16
+    dtype: str = "int16"
+    fifo_depth: int = 2
+    dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
+
+    @property
+    def stream_bw(self) -> int:
+        """Bytes per cycle of one stream: one physical tile."""
+        return self.tile * self.tile * make_dtype(self.dtype).bytes
+
+    @property
+    def matmul_flops(self) -> int:
+        return 2 * self.tile ** 3
+
+    @property
+    def vector_elems(self) -> int:
+        return self.tile * self.tile
+
+
+# ----------------------------------------------------------------------------- memory with timing
+
+class _Shape:
+    """Stands in for a tensor in timing-only runs: just its shape."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+class TimedMemory(Memory):
+    """Off-chip memory whose reads and writes go through the DRAM timing model.
+
+    In timing-only runs tiles carry no values, except tensors of int32 given
+    as input: those hold control data (index tables such as KV offsets and
+    lengths) that decide addresses and sizes, so they are read for real.
+    """
+
+    def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
+        control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
+        super().__init__(graph, control if timing_only else tensors)
+        self.real = set(self.arrays) if timing_only else set(graph.tensors)
+        self.dram, self.timing_only, self.now = dram, timing_only, 0
+        self.ready: dict[str, deque] = {}
+        self.base: dict[str, int] = {}
+        addr = 0
+        for name, spec in graph.tensors.items():
+            rows, cols = (int(d.subs(bind)) for d in (spec.rows, spec.cols))
+            self.base[name] = addr
+            addr += -(-rows * cols * spec.dtype.bytes // 4096) * 4096
+            if timing_only and name not in self.real:
+                self.arrays[name] = _Shape((rows, cols))
+        if not timing_only:
+            self.allocate(bind)
+
+    def _timed(self, node, index, tr, tc):
+        spec = node.graph.tensors[node.p("tensor")]
+        nbytes = tr * tc * spec.dtype.bytes
+        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes)
+        self.ready.setdefault(node.name, deque()).append(done)
+        return nbytes
+
+    def read_tile(self, node, arr, index, tr, tc):
+        self._slot(node, arr, index, tr, tc)
+        nbytes = self._timed(node, index, tr, tc)
+        self.bytes_read[node.name] = self.bytes_read.get(node.name, 0) + nbytes
+        if node.p("tensor") not in self.real:
+            return ShapeOnly((tr, tc), node.graph.tensors[node.p("tensor")].dtype)
+        rs, cs = self._slot(node, arr, index, tr, tc)
+        return arr[rs, cs].copy()
+
+    def write_tile(self, node, arr, index, tr, tc, tile):
+        self._slot(node, arr, index, tr, tc)
+        nbytes = self._timed(node, index, tr, tc)
+        self.ready[node.name].pop()   # a write does not hold the store up (posted)
+        self.bytes_written[node.name] = self.bytes_written.get(node.name, 0) + nbytes
+        if node.p("tensor") in self.real and not isinstance(tile, ShapeOnly):
+            rs, cs = self._slot(node, arr, index, tr, tc)
+            arr[rs, cs] = tile
+
+
+# ----------------------------------------------------------------------------- timed ports
+
+LOADS = {"LinearOffChipLoad", "RandomOffChipLoad"}
+ROUTERS = {"Partition", "Reassemble", "EagerMerge"}
+
+
+class _Proc:
+    __slots__ = ("node", "gen", "busy", "stalled", "idle", "since", "state", "finish", "ports")
+
+    def __init__(self, node):
+        self.node, self.gen = node, None
+        self.busy = self.stalled = self.idle = 0
+        self.since, self.state, self.finish = 0, None, 0
+
+
+class TimedChannel(Channel):
+    __slots__ = ("depth", "data_waiters", "space_waiters")
+
+    def __init__(self, name, depth):
+        super().__init__(name, record=False)
+        self.depth = depth
+        self.data_waiters: list = []
+        self.space_waiters: list = []
+
+
+class TimedPorts(Ports):
+    """Ports whose reads and writes take simulated time (see the module docstring)."""
+
+    def __init__(self, node, ins, outs, ctx, proc, model):
+        super().__init__(node, ins, outs, ctx)
+        self.proc, self.model = proc, model
+
+    def get(self, port):
+        ch = self.ins[port]
+        while not ch.queue:
+            yield ("data", (ch,))
+        tok = ch.queue.popleft()
+        self.model.wake(ch.space_waiters)
+        if tok.is_data and self.node.kind in ROUTERS and port == "sel":
+            yield ("delay", 1)          # the selector cycle
+        return tok
+
+    def peek(self, port):
+        ch = self.ins[port]
+        while not ch.queue:
+            yield ("data", (ch,))
+        return ch.queue[0]
+
+    def wait_any(self, ports):
+        chans = [self.ins[p] for p in ports]
+        while True:
+            ready = [p for p, ch in zip(ports, chans) if ch.queue]
+            if ready:
+                return ready[0]
+            yield ("data", tuple(chans))
+
+    def _cost(self, tok) -> int:
+        return self.model.cost(self.node, tok)
+
+    def _wait_memory(self, tok):
+        if tok.is_data and self.node.kind in LOADS:
+            ready = self.ctx.memory.ready[self.node.name].popleft()
+            if ready > self.model.now:
+                yield ("delay", ready - self.model.now)
+
+    def put(self, port, tok):
+        yield from self._wait_memory(tok)
+        yield ("delay", self._cost(tok))
+        ch = self.outs[port]
+        while len(ch.queue) >= ch.depth:
+            yield ("space", ch)
+        ch.push(tok)
+        self.model.wake(ch.data_waiters)
+
+    def put_all(self, ports, tok):
+        yield ("delay", self._cost(tok))
+        for port in ports:
+            ch = self.outs[port]
+            while len(ch.queue) >= ch.depth:
+                yield ("space", ch)
+            ch.push(tok)
+            self.model.wake(ch.data_waiters)
+
+
+# ----------------------------------------------------------------------------- the simulator
+
+@dataclass
+class ModelResult:
+    """What the model measured (all times in cycles)."""
+
+    cycles: int
+    nodes: dict            # name -> {"kind", "busy", "stalled", "idle", "finish"}
+    offchip_bytes: int
+    bandwidth_utilization: float
+    compute_utilization: float
+    outputs: dict
+    memory: dict
+
+    def to_dict(self) -> dict:
+        return {"cycles": self.cycles, "offchip_bytes": self.offchip_bytes,
+                "bandwidth_utilization": round(self.bandwidth_utilization, 4),
+                "compute_utilization": round(self.compute_utilization, 4), "nodes": self.nodes}
+
+
+class Model:
+    def __init__(self, graph: Graph, params: ModelParams, tensors=None, streams=None, bindings=None,
+                 timing_only: bool = True, depths: dict | None = None):
+        graph.validate()
+        self.graph, self.params = graph, params
+        self.depths = depths
+        bind = _bindings(graph, {} if timing_only else (tensors or {}), bindings or {})
+        if timing_only and tensors:
+            for name, arr in tensors.items():
+                spec = graph.tensors[name]
+                for d, n in ((spec.rows, arr.shape[0]), (spec.cols, arr.shape[1])):
+                    if d.is_Symbol:
+                        bind[d] = n
+        self.dram = Dram(params.dram)
+        self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only)
+        self.ctx = Context(self.memory, streams or {}, bind, None)
+        self.now = 0
+        self.heap: list = []
+        self.seq = 0
+        self.matmul_flops = 0
+
+    # -- cost rules
+    def _bytes(self, payload, elem_t) -> int:
+        if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
+            e = elem_t.dtype.bytes if isinstance(elem_t, Tile) else 4
+            return payload.shape[0] * payload.shape[1] * e
+        if isinstance(payload, tuple):
+            return sum(self._bytes(p, None) for p in payload)
+        return 4
+
+    def cost(self, node, tok) -> int:
+        if not tok.is_data:
+            return 1
+        p = self.params
+        out_t = next(iter(node.out_types.values())).dtype if node.out_types else None
+        nbytes = self._bytes(tok.payload, out_t)
+        cycles = math.ceil(nbytes / p.stream_bw)
+        if node.kind == "Map" or node.kind in ("Accum", "Scan"):
+            cycles = max(cycles, self._compute_cycles(node, tok))
+            for port in node.input_ports():
+                t = node.t(port).dtype
+                if isinstance(t, Tile):
+                    cycles = max(cycles, math.ceil(_elems(t, self.ctx.bindings, tok) * t.dtype.bytes / p.stream_bw))
+        return max(1, cycles)
+
+    def _compute_cycles(self, node, tok) -> int:
+        f = node.p("fn") if node.kind == "Map" else node.p("update")
+        if f.name == "matmul":
+            a = node.t("in0").dtype
+            m, n = tok.payload.shape
+            k = int(a.cols.subs(self.ctx.bindings)) if a.cols.is_Integer or not a.cols.free_symbols - set(
+                self.ctx.bindings) else n
+            flops = 2 * m * k * n
+            self.matmul_flops += flops
+            return math.ceil(flops / self.params.matmul_flops)
+        shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
+        return math.ceil(shape[0] * shape[1] / self.params.vector_elems)
+
+    # -- scheduling
+    def schedule(self, proc, t):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, proc))
+
+    def wake(self, waiters):
+        while waiters:
+            proc = waiters.pop()
+            if proc.state is not None:
+                kind, since = proc.state
+                waited = self.now - since
+                if kind == "space":
+                    proc.stalled += waited
+                else:
+                    proc.idle += waited
+                proc.state = None
+                self.schedule(proc, self.now)
+
+    def run(self, max_events: int = 200_000_000) -> ModelResult:
+        g = self.graph
+        from step_hdl.mapper.fifo import fifo_depths
+        depths = self.depths or fifo_depths(g, self.params.fifo_depth, self.ctx.bindings)
+        chans: dict = {}
+        for ref, consumer, port in g.edges():
+            chans[(ref.node.name, ref.port)] = TimedChannel(ref.label, depths.get(ref.label, self.params.fifo_depth))
+        procs = []
+        for node in g.nodes.values():
+            proc = _Proc(node)
+            ins = {p: chans[(r.node.name, r.port)] for p, r in node.inputs.items() if r is not None}
+            outs = {p: chans[(node.name, p)] for p in node.out_types}
+            proc.ports = TimedPorts(node, ins, outs, self.ctx, proc, self)
+            proc.gen = node.run(proc.ports)
+            procs.append(proc)
+            self.schedule(proc, 0)
+        events = 0
+        live = len(procs)
+        while self.heap:
+            t, _, proc = heapq.heappop(self.heap)
+            if proc.gen is None or proc.state is not None:
+                continue
+            self.now = self.memory.now = t
+            while True:
+                events += 1
+                try:
+                    cmd = next(proc.gen)
+                except StopIteration:
+                    proc.gen, proc.finish = None, self.now
+                    live -= 1
+                    break
+                except StepRuntimeError:
+                    raise
+                except (ValueError, TypeError, IndexError, KeyError) as exc:
+                    raise StepRuntimeError(f"{where(proc.node.kind, proc.node.name)}: {type(exc).__name__}: "
+                                           f"{exc}") from exc
+                if cmd is None:
+                    continue
+                kind, arg = cmd
+                if kind == "delay":
+                    proc.busy += arg
+                    self.schedule(proc, self.now + arg)
+                    break
+                if kind == "data":
+                    if any(ch.queue for ch in arg):
+                        continue
+                    proc.state = ("data", self.now)
+                    for ch in arg:
+                        ch.data_waiters.append(proc)
+                    break
+                if kind == "space":
+                    if len(arg.queue) < arg.depth:
+                        continue
+                    proc.state = ("space", self.now)
+                    arg.space_waiters.append(proc)
+                    break
+            if events > max_events:
+                raise StepRuntimeError(f"model stopped after {max_events} events")
+        stuck = [p for p in procs if p.gen is not None]
+        if stuck:
+            raise _deadlock(stuck, chans)
+        cycles = max([p.finish for p in procs] + [self.dram.last])
+        nbytes = int(sum(self.memory.bytes_read.values()) + sum(self.memory.bytes_written.values()))
+        n_matmul = sum(1 for n in g.nodes.values() if n.kind == "Map" and n.p("fn").name == "matmul")
+        peak = self.params.dram.peak_bytes_per_cycle
+        return ModelResult(
+            cycles=cycles,
+            nodes={p.node.name: {"kind": p.node.kind, "busy": p.busy, "stalled": p.stalled, "idle": p.idle,
+                                 "finish": p.finish} for p in procs},
+            offchip_bytes=nbytes,
+            bandwidth_utilization=nbytes / (cycles * peak) if cycles else 0.0,
+            compute_utilization=(self.matmul_flops / (cycles * n_matmul * self.params.matmul_flops)
+                                 if cycles and n_matmul else 0.0),
+            outputs=self.ctx.outputs,
+            memory=self.memory.arrays if not self.memory.timing_only else {},
+        )
+
+
+def _elems(t: Tile, bind, tok) -> int:
+    r, c = t.rows.subs(bind), t.cols.subs(bind)
+    if r.is_Integer and c.is_Integer:
+        return int(r) * int(c)
+    return tok.payload.shape[0] * tok.payload.shape[1] if hasattr(tok.payload, "shape") else 1
+
+
+def _deadlock(stuck, chans) -> StepDeadlockError:
+    blocked = []
+    for p in stuck:
+        kind = p.state[0] if p.state else "?"
+        waits = [ch.name for ch in chans.values() if p in ch.data_waiters or p in ch.space_waiters]
+        what = "input" if kind == "data" else "room on output"
+        blocked.append(f"{p.node.kind} '{p.node.name}' waits for {what} {', '.join(waits) or '?'}")
+    pending = {ch.name: len(ch.queue) for ch in chans.values() if ch.queue}
+    held = ", ".join(f"{k} ({v} tokens)" for k, v in pending.items()) or "none"
+    return StepDeadlockError("model deadlock: " + "; ".join(blocked) + f". Channels holding tokens: {held}",
+                             blocked, pending)
+
+
+def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, streams=None, bindings=None,
+             timing_only: bool = True, depths: dict | None = None) -> ModelResult:
+    """Run the approximate performance model on ``graph``.
+
+    ``depths`` gives FIFO depths per edge (``producer.port``); by default
+    :func:`step_hdl.mapper.fifo.fifo_depths` sizes them.
+    """
+    return Model(graph, params or ModelParams(), tensors, streams, bindings, timing_only, depths).run()
