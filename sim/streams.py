@@ -34,7 +34,9 @@ async def send(ctx, port, values, stalls: Stalls):
             await ctx.tick()
         ctx.set(port.valid, 1)
         ctx.set(raw, v)
-        await ctx.tick().until(port.ready)
+        # (a loop of samples, not tick().until(): an unfinished until() raises at garbage collection)
+        while not (await ctx.tick().sample(port.ready))[-1]:
+            pass
         ctx.set(port.valid, 0)
 
 

@@ -1326,8 +1326,9 @@ class Reshape(Op):
         c = 0
         padv = None
         if pm:
+            from .functions import cast
             tt = self.t("in").dtype
-            padv = np.full((int(tt.rows), int(tt.cols)), self.p("pad"), dtype=tt.dtype.numpy)
+            padv = cast(np.full((int(tt.rows), int(tt.cols)), self.p("pad")), tt.dtype)  # bf16: rounded
 
         def close_run():
             nonlocal c
@@ -1458,6 +1459,8 @@ class Expand(Op):
             rchunk = yield from io.read_chunk("ref", b)
             if rchunk is None:
                 raise io.fail("ref stream ended before the input", "ref")
+            if x is None and any(t.is_data for t in rchunk):
+                raise io.fail("an input chunk holds no element but its ref chunk has data to expand it to", "in")
             if rchunk[-1].stop != chunk[-1].stop:
                 raise io.fail(f"ref chunk ends with {rchunk[-1]!r} where the input has {chunk[-1]!r}", "ref")
             for t in rchunk:
