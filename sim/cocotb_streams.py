@@ -45,6 +45,8 @@ class StreamDriver:
                 await RisingEdge(self.clk)
             self.valid.value = 1
             self.payload.value = v
+            if self.first is None:
+                self.first = self.clock[0]   # offered now
             while True:
                 await ReadOnly()
                 accepted = bool(self.ready.value)
@@ -52,8 +54,6 @@ class StreamDriver:
                 if accepted:
                     break
             self.valid.value = 0
-            if self.first is None:
-                self.first = self.clock[0]
             self.sent += 1
 
 

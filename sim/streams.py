@@ -97,9 +97,10 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
                  timing: dict | None = None) -> tuple[dict, int]:
     """Run a scenario on the Amaranth simulator; return (outputs per port, cycles).
 
-    ``timing``, if given, receives ``first_in`` (cycle of the first input
-    transfer) and ``out_cycles`` (per output port, the cycle of each transfer),
-    counted from the end of configuration.
+    ``timing``, if given, receives ``first_in`` (the cycle the first input token
+    is offered, with no valid gaps; else its transfer) and ``out_cycles`` (per
+    output port, the cycle of each transfer), counted from the end of
+    configuration.
     """
     import sys
 
@@ -120,6 +121,8 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
             stalls = Stalls(sc.seed * 1000 + k, sc.p_gap)
             port = getattr(component, p)
             for v in sc.inputs[p]:
+                if not first_in and not stalls.p:
+                    first_in.append(cycles[0])   # the first token is offered now (no valid gap)
                 await send(ctx, port, [v], stalls)
                 if not first_in:
                     first_in.append(cycles[0])

@@ -77,5 +77,80 @@ def _flatten():
 register(_flatten())
 
 
+def _rank0(rows, cols, dtype, n, seed=0):
+    """``n`` random tiles as a rank-0 stream ``[n]``."""
+    st, toks = tiles_stream(rows, cols, dtype, n, inner=n, seed=seed)
+    return StreamType(st.dtype, (n,)), [t for t in toks if t.stop == 0]
+
+
+def _selectors(n_choices, masks):
+    from step_hdl.types import Selector
+    return StreamType(Selector(n_choices), (len(masks),)), [data(m) for m in masks] + [DONE]
+
+
+def _shape_entries():
+    from .routing import EagerMerge, Partition, Reassemble, RoutingParams
+    from .shape import Expand, ExpandParams, Promote, RepeatParams, RepeatStatic, Reshape, ReshapeParams, Zip, ZipParams
+
+    def promote(unit, n):
+        p = unit.params
+        return "Promote", {"in": _rank0(p.rows, p.cols, p.dtype, n)}, {}
+
+    def repeat(unit, n):
+        p = unit.params
+        return "RepeatStatic", {"in": _rank0(p.rows, p.cols, p.dtype, n // 4)}, {"count": 4}
+
+    def reshape(unit, n):
+        p = unit.params
+        return "Reshape", {"in": _rank0(p.rows, p.cols, p.dtype, n - n % 4)}, {"rank": 0, "chunk": 4}
+
+    def expand(unit, n):
+        p = unit.params
+        st, toks = _rank0(p.rows, p.cols, p.dtype, n // 4)
+        elems = [t for t in toks if t.is_data]
+        ins = [x for t in elems for x in (t, stop(1))] + [DONE]
+        ref = [x for _ in elems for x in ([data(np.zeros((p.rows, p.cols), st.dtype.dtype.numpy))] * 4 + [stop(1)])]
+        return "Expand", {"in": (StreamType(st.dtype, (len(elems), 1)), ins),
+                          "ref": (StreamType(st.dtype, (len(elems), 4)), ref + [DONE])}, {"rank": 1}
+
+    def zip_(unit, n):
+        p = unit.params
+        a = _rank0(p.rows0, p.cols0, p.dtype0, n, seed=1)
+        b = _rank0(p.rows1, p.cols1, p.dtype1, n, seed=2)
+        return "Zip", {"in0": a, "in1": b}, {}
+
+    def partition(unit, n):
+        p = unit.params
+        return "Partition", {"in": _rank0(p.rows, p.cols, p.dtype, n), "sel": _selectors(2, [0b11] * n)}, \
+            {"n": 2, "rank": 0}
+
+    def reassemble(unit, n):
+        p = unit.params
+        half = n // 2
+        return "Reassemble", {"in0": _rank0(p.rows, p.cols, p.dtype, half, 1),
+                              "in1": _rank0(p.rows, p.cols, p.dtype, half, 2),
+                              "sel": _selectors(2, [0b11] * half)}, {"n": 2, "rank": 0}
+
+    def merge(unit, n):
+        p = unit.params
+        return "EagerMerge", {"in0": _rank0(p.rows, p.cols, p.dtype, n // 2, 1),
+                              "in1": _rank0(p.rows, p.cols, p.dtype, n // 2, 2)}, {"n": 2, "rank": 0}
+
+    yield Entry("Promote", lambda r, c, d: Promote(StreamParams(r, c, d, 3)), promote, family="shape")
+    yield Entry("RepeatStatic", lambda r, c, d: RepeatStatic(RepeatParams(r, c, d, 3)), repeat, family="shape")
+    yield Entry("Reshape", lambda r, c, d: Reshape(ReshapeParams(r, c, d, 3)), reshape, family="shape")
+    yield Entry("Expand", lambda r, c, d: Expand(ExpandParams(r, c, d, 3)), expand, family="shape")
+    yield Entry("Zip", lambda r, c, d: Zip(ZipParams(r, c, d, r, c, d, 3)), zip_, family="shape")
+    yield Entry("Partition", lambda r, c, d: Partition(RoutingParams(r, c, d, 3, 2)), partition, "o0",
+                family="routing")
+    yield Entry("Reassemble", lambda r, c, d: Reassemble(RoutingParams(r, c, d, 3, 2)), reassemble,
+                family="routing")
+    yield Entry("EagerMerge", lambda r, c, d: EagerMerge(RoutingParams(r, c, d, 3, 2)), merge, family="routing")
+
+
+for _e in _shape_entries():
+    register(_e)
+
+
 def entries(family: str | None = None) -> list[Entry]:
     return [e for e in CATALOG.values() if family is None or e.family == family]
