@@ -286,6 +286,13 @@ class Op:
         return f"<{self.kind} '{self.name}'>"
 
 
+class _Variadic(Op):
+    """An operator with inputs ``in0 .. in{n-1}`` (parameter ``n``)."""
+
+    def input_ports(self):
+        return tuple(f"in{i}" for i in range(self.params["n"]))
+
+
 OPS: dict[str, type[Op]] = {}
 
 
@@ -871,7 +878,7 @@ class Partition(Op):
 
 
 @register
-class Reassemble(Op):
+class Reassemble(_Variadic):
     """For each selector token, concatenate one rank-``rank`` chunk from each selected input.
 
     The chunks form a new dimension (size = number of set bits; ``k`` declares it
@@ -882,7 +889,7 @@ class Reassemble(Op):
     params_spec = {"n": ("int",), "rank": ("int", 0), "k": ("int", None)}
 
     def input_ports(self):
-        return tuple(f"in{i}" for i in range(self.params["n"])) + ("sel",)
+        return super().input_ports() + ("sel",)
 
     def infer(self):
         p, n = self.p("rank"), self.p("n")
@@ -930,14 +937,11 @@ class Reassemble(Op):
 
 
 @register
-class EagerMerge(Op):
+class EagerMerge(_Variadic):
     """Forward whole rank-``rank`` chunks from whichever input has one first; ``sel`` says which."""
 
     kind = "EagerMerge"
     params_spec = {"n": ("int",), "rank": ("int", 0)}
-
-    def input_ports(self):
-        return tuple(f"in{i}" for i in range(self.params["n"]))
 
     def infer(self):
         p, n = self.p("rank"), self.p("n")
@@ -991,14 +995,11 @@ class EagerMerge(Op):
 # --------------------------------------------------------------------------- compute
 
 @register
-class Map(Op):
+class Map(_Variadic):
     """Apply ``fn`` element-wise to one stream or two streams of equal shape."""
 
     kind = "Map"
     params_spec = {"fn": ("fn",), "n": ("int", 1)}
-
-    def input_ports(self):
-        return tuple(f"in{i}" for i in range(self.params["n"]))
 
     def infer(self):
         f, n = self.p("fn"), self.p("n")
