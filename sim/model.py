@@ -320,6 +320,7 @@ class Model:
         self.heap: list = []
         self.seq = 0
         self.matmul_flops = 0
+        self._info: dict = {}
 
     # -- cost rules
     def _bytes(self, payload, elem_t) -> int:
@@ -330,19 +331,33 @@ class Model:
             return sum(self._bytes(p, None) for p in payload)
         return 4
 
+    def _node_info(self, node):
+        """Per node, computed once: output element type and the static input tile bytes."""
+        info = self._info.get(node.name)
+        if info is None:
+            out_t = next(iter(node.out_types.values())).dtype if node.out_types else None
+            in_bytes = []
+            if node.kind in ("Map", "Accum", "Scan"):
+                for port in node.input_ports():
+                    t = node.t(port).dtype
+                    if isinstance(t, Tile):
+                        r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
+                        in_bytes.append(int(r) * int(c) * t.dtype.bytes if r.is_Integer and c.is_Integer else None)
+            info = self._info[node.name] = (out_t, in_bytes)
+        return info
+
     def cost(self, node, tok) -> int:
         if not tok.is_data:
             return 1
         p = self.params
-        out_t = next(iter(node.out_types.values())).dtype if node.out_types else None
+        out_t, in_bytes = self._node_info(node)
         nbytes = self._bytes(tok.payload, out_t)
         cycles = math.ceil(nbytes / p.stream_bw)
-        if node.kind == "Map" or node.kind in ("Accum", "Scan"):
+        if node.kind in ("Map", "Accum", "Scan"):
             cycles = max(cycles, self._compute_cycles(node, tok))
-            for port in node.input_ports():
-                t = node.t(port).dtype
-                if isinstance(t, Tile):
-                    cycles = max(cycles, math.ceil(_elems(t, self.ctx.bindings, tok) * t.dtype.bytes / p.stream_bw))
+            for b in in_bytes:
+                # an operand of data-dependent size is at least as large as the output here
+                cycles = max(cycles, math.ceil((b if b is not None else nbytes) / p.stream_bw))
         return max(1, cycles)
 
     def _compute_cycles(self, node, tok) -> int:
@@ -452,13 +467,6 @@ class Model:
             outputs=self.ctx.outputs,
             memory=self.memory.arrays if not self.memory.timing_only else {},
         )
-
-
-def _elems(t: Tile, bind, tok) -> int:
-    r, c = t.rows.subs(bind), t.cols.subs(bind)
-    if r.is_Integer and c.is_Integer:
-        return int(r) * int(c)
-    return tok.payload.shape[0] * tok.payload.shape[1] if hasattr(tok.payload, "shape") else 1
 
 
 def _deadlock(stuck, chans) -> StepDeadlockError:

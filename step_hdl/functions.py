@@ -681,11 +681,28 @@ def _as_tile_type(x) -> Tile:
     return Tile(_np_dtype(x) if x.dtype.kind == "i" else dtype("fp32"), x.shape[0], x.shape[1])
 
 
+def _shape_only(f: Fn, out, xs) -> ShapeOnly:
+    """Result shape of ``f`` on value-less tiles; the common functions without building types."""
+    shapes = [x.shape for x in xs]
+    name = f.name
+    if name == "retile_row":
+        shape = (shapes[0][0] + shapes[1][0], shapes[0][1])
+    elif name == "matmul":
+        shape = (shapes[0][0], shapes[1][0] if f.param("transpose_b") else shapes[1][1])
+    elif name in ("row_sum", "row_max"):
+        shape = (shapes[0][0], 1)
+    elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "silu", "exp", "requantize"):
+        shape = tuple(max(d) for d in zip(*shapes))
+    else:
+        t = f.spec.out_type(f, *(_as_tile_type(x) for x in xs))
+        return ShapeOnly((t.rows, t.cols), out.dtype if isinstance(out, Tile) else t.dtype)
+    return ShapeOnly(shape, out.dtype if isinstance(out, Tile) else xs[0].dtype)
+
+
 def apply_typed(f: Fn, out: Tile, *xs):
     """Run ``f`` on payloads and represent the result in the declared output type."""
     if any(isinstance(x, ShapeOnly) for x in xs):
-        t = f.spec.out_type(f, *(_as_tile_type(x) for x in xs))
-        return ShapeOnly((t.rows, t.cols), out.dtype if isinstance(out, Tile) else t.dtype)
+        return _shape_only(f, out, xs)
     y = f.spec.apply(f, *xs)
     if isinstance(out, Tile) and isinstance(y, np.ndarray):
         if out.dtype.name == "bf16":
