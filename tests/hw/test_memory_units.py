@@ -1,0 +1,415 @@
+"""Memory units against the interpreter: off-chip loads and stores through the memory port with a
+test memory (random latency), on-chip buffer; random valid gaps and ready drops; any --sim back-end."""
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from step_hdl import Graph, dyn
+from step_hdl.interp import run, run_operator
+from step_hdl.sim.rtl import run_scenario
+from step_hdl.sim.streams import Scenario
+from step_hdl.token import data, encode, format_tokens
+from step_hdl.types import Ragged
+from step_hdl.units.base import hw_port, lang_port
+from step_hdl.units.layout import tile_format
+from step_hdl.units.memory import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams,
+                                   OnChipBuffer, OnChipBufferParams,
+                                   RandomOffChipLoad, RandomOffChipStore)
+from step_hdl.units.memport import (MemoryHarness, MemPortShape, SimMemory, memory_image, pack_tensor,
+                                    read_tensor, sim_ctl_word, unpack_tensor)
+from step_hdl.units.params import ParamError
+
+from helpers import ints, tiles, toks
+
+SEEDS = (0, 1, 2)
+L = Ragged("L", integer=True, nonnegative=True)
+TILE = tile_format("int16", 2, 2)
+#: memory latency and jitter (sixteenths of a cycle's hold probability) per seed
+MEM_TIMING = {0: (1, 0), 1: (3, 6), 2: (6, 10)}
+
+# one memory image for every test (one Verilator build per unit): A [8, 8] at 0, B [4, 8] at 128,
+# C [8, 8] (zeros, store target) at 192
+_rng = np.random.default_rng(11)
+TENSORS = {"A": _rng.integers(-1000, 1000, (8, 8)).astype(np.int16),
+           "B": _rng.integers(-1000, 1000, (4, 8)).astype(np.int16),
+           "C": np.zeros((8, 8), np.int16)}
+DEPTH = 40
+IMAGE, ADDR = memory_image(TENSORS, TILE, DEPTH)
+DECLARE = {name: (a.shape[0], a.shape[1], "int16") for name, a in TENSORS.items()}
+
+
+def offchip(**kw):
+    return dict(rows=2, cols=2, dtype="int16", max_rank=3, **kw)
+
+
+def check_mem_unit(unit, kind, inputs, op_params, backend, name, store=False, seeds=SEEDS):
+    """Run ``unit`` + a test memory holding IMAGE for each seed (stalls and memory latency from the
+    seed); compare every output stream with the interpreter and, for stores, the memory contents."""
+    tensor = op_params["tensor"]
+    expected = run_operator(kind, inputs, tensors=TENSORS, declare=DECLARE, **op_params)
+    config = unit.configure(op_params, {p: st for p, (st, _) in inputs.items()}, tensor_addr=ADDR[tensor])
+    packed = {hw_port(p, False): unit.fmt(hw_port(p, False)).pack_all(t) for p, (_, t) in inputs.items()}
+    outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
+    mem = SimMemory(unit.params.port, DEPTH, IMAGE, max_inflight=4)
+    top = MemoryHarness(unit, mem, dump_words=DEPTH if store else 0, dump_format=TILE)
+    if store:
+        outs["o_mem"] = top.dump_format.payload.width + top.dump_format.stop_bits
+    cycles = []
+    for seed in seeds:
+        lat, jit = MEM_TIMING[seed]
+        sc = Scenario(packed, outs, [sim_ctl_word(lat, jit, seed)] + config, seed=seed)
+        got, n = run_scenario(top, sc, backend, name)
+        cycles.append(n)
+        for hp in outs:
+            if hp == "o_mem":
+                words = [t.payload for t in top.dump_format.unpack_all(got[hp])[:-1]]
+                want_image, _ = memory_image({k: expected["_memory"][k] for k in TENSORS}, TILE, DEPTH)
+                assert len(words) == DEPTH
+                if [TILE.pack(w) for w in words] != want_image:
+                    got_c = unpack_tensor([TILE.pack(w) for w in words][ADDR[tensor] // 8:], *TENSORS[tensor].shape,
+                                          TILE)
+                    raise AssertionError(f"{kind} memory (seed {seed}, {backend}):\n got {tensor}\n{got_c}\n"
+                                         f" want\n{expected['_memory'][tensor]}")
+                continue
+            want = expected[lang_port(hp)]
+            tokens = unit.fmt(hp).unpack_all(got[hp])
+            if tokens != want:
+                raise AssertionError(f"{kind} port {hp} (seed {seed}, {backend}):\n"
+                                     f"  got  {format_tokens(tokens, 60)}\n  want {format_tokens(want, 60)}")
+    return cycles
+
+
+# ----------------------------------------------------------------------------- layout helpers
+
+def test_layout_round_trip():
+    a = TENSORS["A"]
+    words = pack_tensor(a, TILE)
+    assert len(words) == 16
+    assert np.array_equal(unpack_tensor(words, 8, 8, TILE), a)
+    # tile index 5 = grid row 1, column 1; element (1, 0) of the tile is element 2 (bits 32..47)
+    assert TILE.unpack(words[5])[1, 0] == a[3, 2]
+    assert (words[5] >> 32) & 0xFFFF == int(a[3, 2]) & 0xFFFF
+    assert np.array_equal(read_tensor(IMAGE, ADDR["B"], 4, 8, TILE), TENSORS["B"])
+    assert ADDR == {"A": 0, "B": 128, "C": 192}
+
+
+# ----------------------------------------------------------------------------- LinearOffChipLoad
+
+LOAD_CASES = [
+    ("A", [4, 4], [4, 1], 0),                 # the whole tensor
+    ("A", [2, 3], [0, 1], 5),                 # stride 0 re-reads
+    ("A", [2, 2, 2], [8, 1, 4], 1),           # several stop levels
+    ("A", [2, 2, 2, 2], [8, 4, 2, 1], 0),     # four dimensions
+    ("A", [5], [-3], 15),                     # negative stride
+    ("B", [2, 4], [4, 1], 0),                 # tensor at a non-zero address
+    ("A", [2, 0, 3], [1, 1, 1], 0),           # empty middle dimension
+    ("A", [3, 0], [1, 1], 0),                 # empty innermost dimension
+    ("A", [0, 3], [1, 1], 0),                 # empty outermost dimension
+    ("A", [2, 2, 0], [4, 1, 1], 0),
+]
+
+
+@pytest.mark.parametrize("tensor, out_shape, stride, base", LOAD_CASES)
+def test_linear_load(sim_backend, tensor, out_shape, stride, base):
+    unit = LinearOffChipLoad(LinearLoadParams(**offchip()))
+    op = dict(tensor=tensor, tile=[2, 2], out_shape=out_shape, stride=stride, base=base)
+    check_mem_unit(unit, "LinearOffChipLoad", {}, op, sim_backend, "lload")
+
+
+LOAD_REF_CASES = [
+    (ints(3), "7 8 9 D", [2], [4, 1]),                                  # rank-0 ref: eager block ends
+    (ints(3, L), "1 2 S1 S1 3 S1 D", [2], [4, 2, 1]),                   # ragged ref with an empty run
+    (ints(2, 3), "1 2 3 S1 4 5 6 S1 D", [], [4, 1]),                    # no out_shape: one tile per element
+    (ints(3), "1 2 3 D", [2, 0], [1, 1, 1]),                            # empty inner dim, eager
+    (ints(2), "1 2 D", [0, 2], [1, 1, 1]),                              # empty outer dim, eager
+    (ints(2, L), "1 S1 2 3 S1 D", [0], [4, 1, 1]),                      # empty out dim under a ref
+    (ints(2, 2, L), "1 S1 2 3 S2 S1 4 S2 D", [2], [8, 4, 2, 1]),        # several ref stop levels
+    (ints(2, L), "1 2 S1 3 S1 D", [2, 2], [5, 1, 2, 1]),                # ref rank 1 + two out dims
+]
+
+
+@pytest.mark.parametrize("ref_t, ref_text, out_shape, stride", LOAD_REF_CASES)
+def test_linear_load_ref(sim_backend, ref_t, ref_text, out_shape, stride):
+    unit = LinearOffChipLoad(LinearLoadParams(**offchip(ref=True)))
+    op = dict(tensor="A", tile=[2, 2], out_shape=out_shape, stride=stride, base=0)
+    check_mem_unit(unit, "LinearOffChipLoad", {"ref": (ref_t, toks(ref_text))}, op, sim_backend, "lload_ref")
+
+
+def _nested(rng, levels, outer=None, leaf=lambda: 1):
+    """Random nested lists: ``levels`` levels, sizes 0..3 (the outermost ``outer`` if given)."""
+    n = rng.randint(0, 3) if outer is None else outer
+    if levels == 1:
+        return [leaf() for _ in range(n)]
+    return [_nested(rng, levels - 1, leaf=leaf) for _ in range(n)]
+
+
+def _index_tuples(nested, levels):
+    """Multi-indices of a nested list's leaves (ragged) plus the index tuples where it is empty."""
+    if levels == 0:
+        return [()]
+    out = []
+    for k, item in enumerate(nested):
+        out += [(k,) + t for t in _index_tuples(item, levels - 1)]
+    return out
+
+
+def random_load_case(k):
+    """A random load: 0..2 ref dims (ragged), out dims of size 0..3, strides keeping indices in A."""
+    rng = random.Random(1000 + k)
+    while True:
+        n_ref = k % 3
+        n_out = rng.randint(0 if n_ref else 1, 3 if n_ref < 2 else 2)
+        out_shape = [rng.choice([0, 1, 2, 2, 3]) for _ in range(n_out)]
+        ref = _nested(rng, n_ref, outer=rng.randint(1, 4)) if n_ref else None
+        stride = [rng.randint(-2, 4) for _ in range(n_ref + n_out)]
+        ref_idx = _index_tuples(ref, n_ref) if n_ref else [()]
+        out_idx = list(itertools.product(*[range(d) for d in out_shape]))
+        idx = [sum(i * s for i, s in zip(r + o, stride)) for r in ref_idx for o in out_idx] or [0]
+        if max(idx) - min(idx) <= 15:
+            base = -min(idx) + rng.randint(0, 15 - (max(idx) - min(idx)))
+            break
+    ref_in = None
+    if n_ref:
+        shape = [dyn("N")] + [L] * (n_ref - 1)
+        ref_in = (ints(*shape), encode(_nested_map(ref, n_ref, lambda v: np.array([[v]], np.int32)), n_ref - 1))
+    return ref_in, dict(tensor="A", tile=[2, 2], out_shape=out_shape, stride=stride, base=base)
+
+
+def _nested_map(nested, levels, f):
+    return [f(x) for x in nested] if levels == 1 else [_nested_map(x, levels - 1, f) for x in nested]
+
+
+@pytest.mark.parametrize("k", range(9))
+def test_linear_load_random(sim_backend, k):
+    ref_in, op = random_load_case(k)
+    params = LinearLoadParams(**offchip(ref=ref_in is not None))
+    inputs = {"ref": ref_in} if ref_in else {}
+    check_mem_unit(LinearOffChipLoad(params), "LinearOffChipLoad", inputs, op, sim_backend,
+                   "lload_ref" if ref_in else "lload")
+
+
+# ----------------------------------------------------------------------------- LinearOffChipStore
+
+def tile_tokens(text, seed=3):
+    """Tile tokens from a structure text: each number becomes a random 2x2 int16 tile."""
+    rng = np.random.default_rng(seed)
+    return [data(rng.integers(-500, 500, (2, 2)).astype(np.int16)) if t.is_data else t for t in toks(text)]
+
+
+STORE_CASES = [
+    (tiles(2, 2, 5, dt="int16"), "1 2 3 4 5 D", 0),
+    (tiles(2, 2, 2, 3, dt="int16"), "1 2 3 S1 4 5 6 S1 D", 4),
+    (tiles(2, 2, 3, L, dt="int16"), "1 S1 S1 2 3 4 S1 D", 9),             # ragged with an empty run
+    (tiles(2, 2, 2, 2, L, dt="int16"), "1 2 S1 3 S2 S1 4 S2 D", 1),       # several stop levels
+    (tiles(2, 2, 0, dt="int16"), "D", 0),                                 # empty stream
+]
+
+
+@pytest.mark.parametrize("st, text, base", STORE_CASES)
+def test_linear_store(sim_backend, st, text, base):
+    unit = LinearOffChipStore(OffChipParams(**offchip()))
+    op = dict(tensor="C", tile=[2, 2], base=base)
+    check_mem_unit(unit, "LinearOffChipStore", {"in": (st, tile_tokens(text))}, op, sim_backend, "lstore",
+                   store=True)
+
+
+# ----------------------------------------------------------------------------- random access
+
+RANDOM_LOAD_CASES = [
+    ("A", ints(6), "3 0 15 3 7 1 D", 0),
+    ("A", ints(3, L), "1 2 S1 S1 5 S1 D", 4),                              # ragged with an empty run
+    ("B", ints(2, 2, L), "0 S1 1 2 S2 S1 7 S2 D", 0),                     # several stop levels
+    ("A", ints(0), "D", 0),                                               # empty stream
+]
+
+
+@pytest.mark.parametrize("tensor, st, text, base", RANDOM_LOAD_CASES)
+def test_random_load(sim_backend, tensor, st, text, base):
+    unit = RandomOffChipLoad(OffChipParams(**offchip()))
+    op = dict(tensor=tensor, tile=[2, 2], base=base)
+    check_mem_unit(unit, "RandomOffChipLoad", {"addr": (st, toks(text))}, op, sim_backend, "rload")
+
+
+RANDOM_STORE_CASES = [
+    (5, "3 0 15 8 1 D", 0),
+    ((3, L), "1 2 S1 S1 5 S1 D", 4),                                       # ragged with an empty run
+    ((2, 2, L), "0 S1 1 2 S2 S1 6 S2 D", 1),                              # several stop levels
+    ((4,), "2 9 2 4 D", 0),                                               # the same slot twice: last wins
+]
+
+
+@pytest.mark.parametrize("shape, text, base", RANDOM_STORE_CASES)
+def test_random_store(sim_backend, shape, text, base):
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    unit = RandomOffChipStore(OffChipParams(**offchip()))
+    op = dict(tensor="C", tile=[2, 2], base=base)
+    inputs = {"addr": (ints(*shape), toks(text)), "data": (tiles(2, 2, *shape, dt="int16"), tile_tokens(text))}
+    check_mem_unit(unit, "RandomOffChipStore", inputs, op, sim_backend, "rstore", store=True)
+
+
+# ----------------------------------------------------------------------------- OnChipBuffer
+
+def buffer_reference(st, tokens, b, repeat, ref=None, read=None):
+    """Bufferize(rank b) -> Streamify(repeat or ref, read pattern) in the interpreter;
+    ``ref`` = (StreamType, tokens), ``read`` = (read_shape, read_stride)."""
+    g = Graph("buffer")
+    src = g.source(st, data="x", name="src")
+    buf = g.add("Bufferize", "buf", {"in": src}, rank=b)
+    ins = {"in": buf.out}
+    streams = {"x": tokens}
+    if ref is not None:
+        ins["ref"] = g.source(ref[0], data="r", name="ref")
+        streams["r"] = ref[1]
+    shape, stride = read or (None, None)
+    out = g.add("Streamify", "sfy", ins, repeat=repeat, read_shape=shape, read_stride=stride)
+    g.output(out.out, name="y")
+    return run(g, {}, streams).outputs["y"]
+
+
+BUFFER_CASES = [
+    ((3, L), "1 2 3 4 S1 5 S1 6 7 S1 D", 1, None),           # rank-0 buffer stream: eager ends
+    ((3, L), "1 2 3 4 S1 5 S1 6 7 S1 D", 1, 3),              # repeat count
+    ((4, L), "S1 1 S1 S1 2 S1 D", 1, 2),                     # empty buffers
+    ((2, 3, L), "1 2 S1 S1 3 S2 S1 4 S2 D", 2, 2),           # rank-2 buffers with empty rows
+    ((2, 2, L), "1 2 S1 3 S2 S1 4 S2 D", 1, 2),              # input stops above the buffer rank
+    ((2, 2, L), "1 2 S1 3 S2 S1 4 S2 D", 1, None),
+    ((8, L), " ".join(f"{k} {k + 1} {k + 2} S1" for k in range(8)) + " D", 1, 2),   # back to back
+    ((2, 2, 2, L), "1 S1 2 S2 3 4 S1 5 S3 6 S1 S2 7 S3 D", 2, None),               # three stop levels
+]
+
+
+@pytest.mark.parametrize("shape, text, b, repeat", BUFFER_CASES)
+def test_onchip_buffer(sim_backend, shape, text, b, repeat):
+    st = tiles(2, 2, *shape, dt="int16")
+    tokens = tile_tokens(text)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256))
+    want = buffer_reference(st, tokens, b, repeat)
+    config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
+    fmt = unit.fmt("o")
+    for seed in SEEDS:
+        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer")
+        got = fmt.unpack_all(got["o"])
+        assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
+
+
+def _refs(levels, nested):
+    return encode(_nested_map(nested, levels, lambda v: np.array([[v]], np.int32)), levels - 1)
+
+
+BUFFER_REF_CASES = [
+    ((3, L), "1 2 3 4 S1 5 S1 6 7 S1 D", 1, (ints(3), _refs(1, [7, 7, 7]))),                 # c = 0, eager
+    ((3, L), "1 2 3 4 S1 5 S1 6 7 S1 D", 1, (ints(3, L), _refs(2, [[7, 7], [], [7]]))),     # c = 1, ragged
+    ((2, L), "1 2 S1 3 S1 D", 1, (ints(2, L, L), _refs(3, [[[7], [7, 7]], [[]]]))),           # c = 2
+    ((2, 2, L), "1 2 S1 3 S2 S1 4 S2 D", 1, (ints(2, 2, L), _refs(3, [[[7, 7], [7]], [[], [7, 7, 7]]]))),
+    ((2, 2, L), "1 2 S1 S1 3 S2 4 S1 S2 D", 2, (ints(2, L), _refs(2, [[7, 7], [7]]))),       # rank-2 buffers
+]
+
+
+@pytest.mark.parametrize("shape, text, b, ref", BUFFER_REF_CASES)
+def test_onchip_buffer_ref(sim_backend, shape, text, b, ref):
+    st = tiles(2, 2, *shape, dt="int16")
+    tokens = tile_tokens(text)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256, ref=True))
+    want = buffer_reference(st, tokens, b, None, ref)
+    config = unit.configure({"rank": b, "repeat": None}, {"in": st, "ref": ref[0]})
+    fmt = unit.fmt("o")
+    for seed in SEEDS:
+        sc = Scenario({"i": fmt.pack_all(tokens), "i_ref": unit.fmt("i_ref").pack_all(ref[1])},
+                      {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer_ref")
+        got = fmt.unpack_all(got["o"])
+        assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
+
+
+BUFFER_AFFINE_CASES = [
+    ((3, 4), "1 2 3 4 S1 5 6 7 8 S1 9 10 11 12 S1 D", 1, None, None, ([2, 2], [1, 2])),     # transpose
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, 2, None, ([3], [0])),                          # re-read, repeat
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, None, None, ([2, 0], [1, 1])),                 # empty inner dim
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, None, None, ([0, 2], [1, 1])),                 # empty outer dim
+    ((2, 2, 2), "1 2 S1 3 4 S2 5 S1 6 7 S2 D", 2, 3, None, ([3], [1])),                   # rank-2 buffers
+    ((2, 3), "1 2 3 S1 4 5 6 S1 D", 1, None, (ints(2, L), _refs(2, [[7, 7], [7]])), ([2], [2])),   # with a ref
+]
+
+
+@pytest.mark.parametrize("shape, text, b, repeat, ref, read", BUFFER_AFFINE_CASES)
+def test_onchip_buffer_affine(sim_backend, shape, text, b, repeat, ref, read):
+    st = tiles(2, 2, *shape, dt="int16")
+    tokens = tile_tokens(text)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
+                                           ref=ref is not None, read_dims=2))
+    want = buffer_reference(st, tokens, b, repeat, ref, read)
+    in_types = {"in": st} | ({"ref": ref[0]} if ref else {})
+    config = unit.configure({"rank": b, "repeat": repeat, "read_shape": read[0], "read_stride": read[1]}, in_types)
+    fmt = unit.fmt("o")
+    inputs = {"i": fmt.pack_all(tokens)} | ({"i_ref": unit.fmt("i_ref").pack_all(ref[1])} if ref else {})
+    for seed in SEEDS:
+        sc = Scenario(inputs, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer_affine" + ("_ref" if ref else ""))
+        got = fmt.unpack_all(got["o"])
+        assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_onchip_buffer_affine_random(sim_backend, k):
+    rng = random.Random(3000 + k)
+    size, n = rng.randint(1, 5), rng.randint(1, 3)
+    while True:
+        read_shape = [rng.choice([0, 1, 2, 3]) for _ in range(rng.randint(1, 2))]
+        stride = [rng.randint(0, 2) for _ in read_shape]
+        if sum((d - 1) * st for d, st in zip(read_shape, stride) if d) < size:
+            break
+    repeat = rng.choice([None, 2])
+    text = " ".join(" ".join(["1"] * size) + " S1" for _ in range(n)) + " D"
+    test_onchip_buffer_affine(sim_backend, (n, size), text, 1, repeat, None, (read_shape, stride))
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_onchip_buffer_random(sim_backend, k):
+    rng = random.Random(2000 + k)
+    r = 1 + k % 2
+    b = 1 + (k // 2) % r
+    repeat = rng.choice([None, 1, 2, 3])
+    nprng = np.random.default_rng(k)
+    nested = _nested(rng, r + 1, outer=rng.randint(1, 4),
+                     leaf=lambda: nprng.integers(-500, 500, (2, 2)).astype(np.int16))
+    st = tiles(2, 2, *([dyn("N")] + [L] * r), dt="int16")
+    tokens = encode(nested, r)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256))
+    want = buffer_reference(st, tokens, b, repeat)
+    config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
+    fmt = unit.fmt("o")
+    for seed in SEEDS:
+        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer")
+        got = fmt.unpack_all(got["o"])
+        assert got == want, (f"b {b} repeat {repeat} seed {seed}:\n in   {format_tokens(tokens, 80)}\n"
+                             f" got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}")
+
+
+# ----------------------------------------------------------------------------- parameters
+
+def test_bad_memory_parameters():
+    with pytest.raises(ParamError, match="unsupported element type"):
+        LinearLoadParams(**{**offchip(), "dtype": "int4"})
+    with pytest.raises(ParamError, match="max_inflight"):
+        OffChipParams(**offchip(max_inflight=0))
+    with pytest.raises(ParamError, match="tag_bits"):
+        OffChipParams(**offchip(max_inflight=32, tag_bits=4))
+    with pytest.raises(ParamError, match="max_dims"):
+        LinearLoadParams(**offchip(max_dims=5))
+    with pytest.raises(ParamError, match="depth"):
+        SimMemory(MemPortShape(64), 0)
+    with pytest.raises(ParamError, match="larger than an SRAM bank"):
+        OnChipBufferParams(rows=8, cols=8, dtype="int32", sram_bytes=256)
+    with pytest.raises(ParamError, match="unsupported element type"):
+        OnChipBufferParams(dtype="uint8")
+    unit = LinearOffChipLoad(LinearLoadParams(**offchip()))
+    unit._MustUse__silence = True   # built only to check configure(): never elaborated
+    with pytest.raises(ParamError, match="physical tile"):
+        unit.configure(dict(tensor="A", tile=[4, 4], out_shape=[2], stride=[1]), {})
+    with pytest.raises(ParamError, match="ref"):
+        unit.configure(dict(tensor="A", tile=[2, 2], out_shape=[2], stride=[1, 1]), {"ref": ints(3)})

@@ -1,0 +1,1014 @@
+"""Memory units: off-chip loads and stores over a memory port, and the on-chip buffer.
+
+* :class:`LinearOffChipLoad`, :class:`LinearOffChipStore`,
+  :class:`RandomOffChipLoad`, :class:`RandomOffChipStore` talk to off-chip
+  memory through ``mem`` (:func:`~step_hdl.units.memport.MemPortSignature`;
+  the interface, the test memory and the off-chip layout are documented in
+  :mod:`step_hdl.units.memport`). A tile index ``t`` of a tensor stored at byte
+  address ``tensor_addr`` is at ``tensor_addr + t * tile_bytes``; ``configure``
+  takes ``tensor_addr`` (a mapper decision, not a language parameter) and folds
+  it, the language ``base`` and the tile size into byte-address registers, so
+  the hardware only adds.
+* :class:`OnChipBuffer` is Bufferize + Streamify as one unit.
+
+The off-chip units share one request/response core (:class:`_Tracker`): the
+unit's events (memory requests, stops, block ends, done) enter an in-order
+*order queue*; a request is issued to memory in the same cycle its event is
+queued (when a credit is free: at most ``max_inflight`` requests whose
+responses have not left the unit); responses wait in a response FIFO of
+``max_inflight`` entries, so ``resp.ready`` stays high; the queue head leaves as
+soon as its response (if any) is there. A credit comes back ``latency + 2``
+cycles after its request (latency = memory latency in cycles), so throughput
+is ``min(1, max_inflight / (latency + 2))`` tiles per cycle when the output is
+ready and the memory accepts one request per cycle: size ``max_inflight`` for
+the memory's latency (measured: latency 1 needs 3, latency 6 needs 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from step_hdl.types import DTYPES
+
+from .base import StepUnit
+from .config import ConfigRegs, Reg, config_signature
+from .layout import TileFormat, TokenFormat, stop_bits, tile_format
+from .memport import (MemPortShape, MemPortSignature, MemoryHarness, SimMemory, memory_image, pack_tensor,
+                      read_tensor, sim_ctl_word, tile_bytes, unpack_tensor)
+from .merger import StopMerger
+from .params import ParamError, StreamParams, positive
+
+__all__ = ["OffChipParams", "LinearLoadParams", "OnChipBufferParams", "LinearOffChipLoad", "LinearOffChipStore",
+           "RandomOffChipLoad", "RandomOffChipStore", "OnChipBuffer", "MemoryHarness", "SimMemory",
+           "memory_image", "pack_tensor", "unpack_tensor", "read_tensor", "sim_ctl_word"]
+
+INDEX = tile_format("int32", 1, 1)   # addresses / indices: [1, 1] int32 tiles
+
+
+# ----------------------------------------------------------------------------- parameters
+
+@dataclass(frozen=True)
+class OffChipParams(StreamParams):
+    """An off-chip unit: the physical tile, ``max_rank``, and the memory port.
+
+    ``addr_bits`` (<= 32: addresses live in 32-bit registers), ``tag_bits``,
+    ``max_inflight`` (requests in flight, ``<= 2**tag_bits``).
+    """
+
+    addr_bits: int = 32
+    tag_bits: int = 4
+    max_inflight: int = 4
+
+    def validate(self):
+        super().validate()
+        positive(self.owner, "addr_bits", self.addr_bits)
+        if self.addr_bits > 32:
+            raise ParamError(f"{self.owner}: addr_bits {self.addr_bits} > 32 is not supported")
+        positive(self.owner, "tag_bits", self.tag_bits)
+        positive(self.owner, "max_inflight", self.max_inflight)
+        if self.max_inflight > 1 << self.tag_bits:
+            raise ParamError(f"{self.owner}: max_inflight {self.max_inflight} needs more than "
+                             f"tag_bits {self.tag_bits} to name each request in flight")
+
+    @property
+    def tile(self) -> TileFormat:
+        return tile_format(self.dtype, self.rows, self.cols)
+
+    @property
+    def tile_bytes(self) -> int:
+        return tile_bytes(self.tile)
+
+    @property
+    def port(self) -> MemPortShape:
+        return MemPortShape(self.tile.width, self.addr_bits, self.tag_bits)
+
+
+@dataclass(frozen=True)
+class LinearLoadParams(OffChipParams):
+    """LinearOffChipLoad: ``max_dims`` output dimensions at most (ref dims + ``out_shape``
+    dims, ``<= max_rank + 1``), ``count_bits`` per ``out_shape`` count, and whether
+    there is a ``ref`` input (its payload: a ``ref_rows × ref_cols`` tile of ``ref_dtype``,
+    ignored: only its structure matters)."""
+
+    max_dims: int = 4
+    count_bits: int = 16
+    ref: bool = False
+    ref_rows: int = 1
+    ref_cols: int = 1
+    ref_dtype: str = "int32"
+
+    def validate(self):
+        super().validate()
+        positive(self.owner, "max_dims", self.max_dims)
+        if self.max_dims > self.max_rank + 1:
+            raise ParamError(f"{self.owner}: max_dims {self.max_dims} > max_rank + 1 = {self.max_rank + 1}")
+        positive(self.owner, "count_bits", self.count_bits)
+        if self.count_bits > 32:
+            raise ParamError(f"{self.owner}: count_bits {self.count_bits} > 32 is not supported")
+        if not isinstance(self.ref, bool):
+            raise ParamError(f"{self.owner}: ref must be True or False, got {self.ref!r}")
+        positive(self.owner, "ref_rows", self.ref_rows)
+        positive(self.owner, "ref_cols", self.ref_cols)
+        if self.ref_dtype not in DTYPES:
+            raise ParamError(f"{self.owner}: unsupported ref element type {self.ref_dtype!r}; "
+                             f"supported: {sorted(DTYPES)}")
+
+
+def _check_tile(unit, op_params, bindings=None):
+    """The language node's tile must be the unit's physical tile."""
+    p = unit.params
+    tile = [_concrete(d, bindings, unit, "tile") for d in op_params["tile"]]
+    if tile != [p.rows, p.cols]:
+        raise ParamError(f"{type(unit).__name__}: the node's tile {tile} is not the unit's physical tile "
+                         f"[{p.rows}, {p.cols}]")
+
+
+def _concrete(d, bindings, unit, what):
+    try:
+        import sympy
+        v = sympy.sympify(d).subs(bindings or {})
+        if not v.is_Integer:
+            raise TypeError
+        return int(v)
+    except (TypeError, ValueError, AttributeError):
+        raise ParamError(f"{type(unit).__name__}: {what} {d} is not a concrete integer; pass bindings") from None
+
+
+def _byte_base(unit, op_params, tensor_addr):
+    value = tensor_addr + op_params.get("base", 0) * unit.params.tile_bytes
+    if not 0 <= value < 1 << unit.params.addr_bits:
+        raise ParamError(f"{type(unit).__name__}: base byte address {value} does not fit "
+                         f"{unit.params.addr_bits} address bits")
+    return value
+
+
+# ----------------------------------------------------------------------------- shared request/response core
+
+class _Tracker(wiring.Component):
+    """In-order request/response core of the off-chip units (see the module docstring).
+
+    ``ev`` (in): ``{mem, write, addr, wdata, ack, stop, done, end, eager}``; an event with
+    ``mem`` issues a request in the cycle it is accepted. ``o`` (out): ``{payload, stop,
+    done, end, eager}``, one per event, in order; a ``mem`` event's payload is the
+    response's ``rdata`` (``ack_bits == 0``) or its own ``ack`` field.
+
+    Latency: request issue 0 cycles after the event (``mem.req.valid`` combinational in
+    ``ev.valid``, ``ev.ready`` combinational in ``mem.req.ready``); output 1 cycle after
+    the event (order queue) or 1 cycle after the response (response FIFO). ``o.valid``
+    comes from FIFO state only. II 1.
+    """
+
+    def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0):
+        self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
+        self.ev_layout = data.StructLayout({
+            "mem": 1, "write": 1, "addr": shape.addr_bits, "wdata": shape.data_bits, "ack": max(1, ack_bits),
+            "stop": sbits, "done": 1, "end": 1, "eager": 1})
+        self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, "stop": sbits, "done": 1,
+                                           "end": 1, "eager": 1})
+        super().__init__({"ev": In(stream.Signature(self.ev_layout)), "o": Out(stream.Signature(self.o_layout)),
+                          "mem": Out(MemPortSignature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        s = self.shape
+        q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits), "stop": self.sbits, "done": 1,
+                                      "end": 1, "eager": 1})
+        m.submodules.order = q = fifo.SyncFIFO(width=q_layout.size, depth=self.max_inflight + 2)
+        m.submodules.resp = rf = fifo.SyncFIFO(width=1 if self.ack_bits else s.data_bits, depth=self.max_inflight)
+        ev, req, resp, o = self.ev, self.mem.req, self.mem.resp, self.o
+        inflight = Signal(range(self.max_inflight + 1))
+        seq = Signal(s.tag_bits)
+        credit = inflight < self.max_inflight
+
+        m.d.comb += [
+            req.valid.eq(ev.valid & ev.payload.mem & credit & q.w_rdy),
+            req.payload.addr.eq(ev.payload.addr), req.payload.bytes.eq(s.word_bytes),
+            req.payload.write.eq(ev.payload.write), req.payload.wdata.eq(ev.payload.wdata),
+            req.payload.tag.eq(seq),
+            ev.ready.eq(q.w_rdy & (~ev.payload.mem | (credit & req.ready))),
+            q.w_en.eq(ev.valid & ev.ready),
+        ]
+        w = Signal(q_layout)
+        m.d.comb += [w.mem.eq(ev.payload.mem), w.ack.eq(ev.payload.ack), w.stop.eq(ev.payload.stop),
+                     w.done.eq(ev.payload.done), w.end.eq(ev.payload.end), w.eager.eq(ev.payload.eager),
+                     q.w_data.eq(w)]
+        issued = req.valid & req.ready
+        with m.If(issued):
+            m.d.sync += seq.eq(seq + 1)
+
+        m.d.comb += [rf.w_data.eq(0 if self.ack_bits else resp.payload.rdata), rf.w_en.eq(resp.valid),
+                     resp.ready.eq(rf.w_rdy)]
+
+        head = Signal(q_layout)
+        m.d.comb += head.eq(q.r_data)
+        m.d.comb += [
+            o.valid.eq(q.r_rdy & (~head.mem | rf.r_rdy)),
+            o.payload.stop.eq(head.stop), o.payload.done.eq(head.done), o.payload.end.eq(head.end),
+            o.payload.eager.eq(head.eager),
+        ]
+        with m.If(head.mem):
+            m.d.comb += o.payload.payload.eq(head.ack if self.ack_bits else rf.r_data)
+        pop = o.valid & o.ready
+        freed = pop & head.mem
+        m.d.comb += [q.r_en.eq(pop), rf.r_en.eq(freed)]
+        m.d.sync += inflight.eq(inflight + issued - freed)
+        return m
+
+
+class _MemUnit(StepUnit):
+    """A unit with a memory port ``mem`` (and possibly status outputs) besides its streams."""
+
+    def extra_members(self) -> dict:
+        return {}
+
+    def __init__(self, params):
+        # StepUnit.__init__ builds only cfg + stream members; extend it with the memory port.
+        self.params = params
+        self.fmts = self.formats()
+        self.regs = ConfigRegs(type(self).__name__, self.registers())
+        members = {"cfg": In(config_signature())}
+        for port, (is_out, fmt) in self.fmts.items():
+            members[port] = (Out if is_out else In)(stream.Signature(fmt.layout))
+        members["mem"] = Out(MemPortSignature(params.port))
+        members.update(self.extra_members())
+        wiring.Component.__init__(self, members)
+
+    def token_format(self) -> TokenFormat:
+        return TokenFormat(self.params.tile, self.params.max_rank)
+
+
+# ----------------------------------------------------------------------------- LinearOffChipLoad
+
+class LinearOffChipLoad(_MemUnit):
+    """Affine tile loads (STeP LinearOffChipLoad), optionally once per element of ``i_ref``.
+
+    Ports: ``i_ref`` (only with ``params.ref``; payload ignored), ``o`` (tiles), ``mem``.
+    Registers: ``base`` (byte address of the first tile), ``n_out`` (number of
+    ``out_shape`` dims), ``count0..`` (``out_shape`` sizes, innermost first),
+    ``stride0..`` (signed byte strides of the ``out_shape`` dims, innermost first),
+    with a ref ``rstride0..`` (byte strides of the ref dims, innermost first) and
+    ``in_rank`` (the ref's rank); ``start`` (written last: the unit idles until it is
+    1, and after its done token until it is written 0).
+
+    Semantics are the interpreter's: tile ``base + Σ idx·stride`` over the ref dims
+    then the ``out_shape`` dims, ``out_shape`` runs closed by block ends (merged by a
+    :class:`StopMerger`, eager when the ref has rank 0), ref stop ``S_k`` sent as
+    ``S_(k + n_out)``; empty ``out_shape`` dims give the interpreter's stops.
+
+    The address generator keeps one running byte address per dimension (adders
+    only, no multipliers). Latency: memory latency + 2 cycles from the request to
+    the tile on ``o``. II 1 per tile while the memory keeps up (see the module
+    docstring); a block end that merges with a later stop costs one extra cycle.
+    Combinational: ``i_ref.ready`` and ``mem.req.valid`` from the generator state,
+    ``mem.req.ready`` and ``i_ref.valid``; ``o`` comes from the StopMerger behind
+    FIFOs (``o.valid`` never depends on ``o.ready``).
+    """
+
+    kind = "LinearOffChipLoad"
+
+    def formats(self):
+        p = self.params
+        f = {"o": (True, TokenFormat(p.tile, p.max_rank))}
+        if p.ref:
+            f["i_ref"] = (False, TokenFormat(tile_format(p.ref_dtype, p.ref_rows, p.ref_cols), p.max_rank))
+        return f
+
+    def registers(self):
+        p = self.params
+        sb = stop_bits(p.max_rank)
+        regs = [Reg("start", 1, 0, doc="1: run (write last)"),
+                Reg("base", p.addr_bits, 0, doc="byte address of the first tile"),
+                Reg("n_out", (p.max_dims).bit_length(), 1, doc="number of out_shape dimensions"),
+                Reg("in_rank", sb, 0, doc="rank of the ref stream")]
+        regs += [Reg(f"count{j}", p.count_bits, 1, doc=f"out_shape size, dim {j} from the innermost")
+                 for j in range(p.max_dims)]
+        regs += [Reg(f"stride{j}", 32, 0, signed=True, doc=f"byte stride of out dim {j} from the innermost")
+                 for j in range(p.max_dims)]
+        if p.ref:
+            regs += [Reg(f"rstride{k}", 32, 0, signed=True, doc=f"byte stride of ref dim {k} from the innermost")
+                     for k in range(p.max_dims)]
+        return regs
+
+    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
+        p = self.params
+        _check_tile(self, op_params, bindings)
+        ref_t = in_types.get("ref")
+        if (ref_t is not None) != p.ref:
+            raise ParamError(f"LinearOffChipLoad: the node {'has' if ref_t is not None else 'has no'} ref "
+                             f"stream but the unit was built with ref={p.ref}")
+        out_shape = [_concrete(d, bindings, self, "out_shape size") for d in op_params["out_shape"]]
+        n_ref = len(ref_t.shape) if ref_t is not None else 0
+        n_out = len(out_shape)
+        strides = list(op_params["stride"])
+        if len(strides) != n_ref + n_out:
+            raise ParamError(f"LinearOffChipLoad: {len(strides)} strides for {n_ref + n_out} dimensions")
+        if n_ref + n_out > p.max_dims or n_ref + n_out - 1 > p.max_rank or (n_out == 0 and not p.ref):
+            raise ParamError(f"LinearOffChipLoad: {n_ref} ref + {n_out} out dimensions do not fit max_dims "
+                             f"{p.max_dims} / max_rank {p.max_rank}")
+        tb = p.tile_bytes
+        values = {"base": _byte_base(self, op_params, tensor_addr), "n_out": n_out, "in_rank": max(0, n_ref - 1)}
+        for j, c in enumerate(reversed(out_shape)):
+            values[f"count{j}"] = c
+        for j, s in enumerate(reversed(strides[n_ref:])):
+            values[f"stride{j}"] = s * tb
+        for k, s in enumerate(reversed(strides[:n_ref])):
+            values[f"rstride{k}"] = s * tb
+        values["start"] = 1
+        return self.config_image(**values)
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p, R = self.params, self.regs
+        D, fmt = p.max_dims, self.token_format()
+        sb = fmt.stop_bits
+        m.submodules.tracker = tr = _Tracker(p.port, sb, p.max_inflight)
+        m.submodules.merger = mg = StopMerger(fmt)
+        wiring.connect(m, tr.mem, wiring.flipped(self.mem))
+        wiring.connect(m, mg.o, wiring.flipped(self.o))
+        m.d.comb += [mg.i.valid.eq(tr.o.valid), tr.o.ready.eq(mg.i.ready),
+                     mg.i.payload.payload.eq(tr.o.payload.payload), mg.i.payload.stop.eq(tr.o.payload.stop),
+                     mg.i.payload.done.eq(tr.o.payload.done), mg.i.payload.end.eq(tr.o.payload.end),
+                     mg.i.payload.eager.eq(tr.o.payload.eager)]
+
+        n_out = R["n_out"]
+        cnt = [R[f"count{j}"] for j in range(D)]
+        ostr = [R[f"stride{j}"] for j in range(D)]
+        rstr = [R[f"rstride{k}"] for k in range(D)] if p.ref else []
+        oidx = [Signal(p.count_bits, name=f"oidx{j}") for j in range(D)]
+        oacc = [Signal(p.addr_bits, name=f"oacc{j}") for j in range(D)]
+        racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
+
+        # ---- static (per program) structure of one block
+        zero = [(n_out > j) & (cnt[j] == 0) for j in range(D)]
+        has_zero = Cat(*zero).any()
+        lo = Signal(range(D + 1))              # lowest iterated dim (above the outermost empty one)
+        for j in range(D):
+            with m.If(zero[j]):
+                m.d.comb += lo.eq(j + 1)
+        top = Signal(range(D + 1))             # highest block-end level this unit sends
+        m.d.comb += top.eq(n_out if p.ref else n_out - 1)
+        eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
+
+        # ---- where the iteration is
+        last = [(lo > j) | (n_out <= j) | (oidx[j] == cnt[j] - 1) for j in range(D)]
+        complete = Cat(*last).all()
+        inc_oh = []
+        for j in range(D):
+            below = Cat(*last[:j]).all() if j else Const(1)
+            inc_oh.append(~last[j] & below)
+        inc = Signal(range(D + 1))
+        for j in range(D):
+            with m.If(inc_oh[j]):
+                m.d.comb += inc.eq(j)
+        close_lvl = Signal(range(D + 1))
+        m.d.comb += close_lvl.eq(Mux(complete, top, inc))
+        close_needed = close_lvl > lo
+        leaf_skip = has_zero & (lo > top)      # no ref and the outermost dim is empty: no tokens at all
+
+        # ---- state
+        IDLE, RUN, FIN = 0, 1, 2
+        state = Signal(2)
+        phase = Signal()                        # 0: leaf, 1: block end after the leaf
+        pend_lvl = Signal(range(D + 1))
+        pend_final = Signal()
+        blk_done = Signal()                     # no-ref: the one block is finished
+
+        ev = tr.ev.payload
+        ev_valid = Signal()
+        final = Signal()                        # this event ends the block
+        m.d.comb += tr.ev.valid.eq(ev_valid)
+        accept = tr.ev.valid & tr.ev.ready
+
+        def block_events():
+            with m.If(phase == 0):
+                with m.If(leaf_skip):
+                    pass
+                with m.Elif(has_zero):
+                    m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(lo),
+                                 ev.eager.eq(eager_mode & complete & ~close_needed)]
+                with m.Else():
+                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(oacc[0])]
+                m.d.comb += final.eq(complete & ~close_needed)
+            with m.Else():
+                m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(pend_lvl),
+                             ev.eager.eq(eager_mode & pend_final), final.eq(pend_final)]
+
+        def block_advance(finish):
+            """Sync updates when a block event is accepted; ``finish()`` runs at the block's end."""
+            with m.If(phase == 0):
+                with m.If(~complete):
+                    for j in range(D):
+                        with m.If(inc_oh[j]):
+                            nxt = oacc[j] + ostr[j]
+                            m.d.sync += [oidx[j].eq(oidx[j] + 1), oacc[j].eq(nxt)]
+                            for i in range(j):
+                                m.d.sync += [oidx[i].eq(0), oacc[i].eq(nxt)]
+                with m.If(close_needed):
+                    m.d.sync += [phase.eq(1), pend_lvl.eq(close_lvl), pend_final.eq(complete)]
+                with m.Elif(complete):
+                    finish()
+            with m.Else():
+                m.d.sync += phase.eq(0)
+                with m.If(pend_final):
+                    finish()
+
+        def reset_all(value):
+            m.d.sync += [a.eq(value) for a in oacc] + [i.eq(0) for i in oidx]
+
+        with m.Switch(state):
+            with m.Case(IDLE):
+                with m.If(R["start"]):
+                    m.d.sync += [state.eq(RUN), phase.eq(0), blk_done.eq(0)]
+                    reset_all(R["base"])
+                    m.d.sync += [a.eq(R["base"]) for a in racc]
+            with m.Case(RUN):
+                if p.ref:
+                    ref = self.i_ref
+                    tok = ref.payload
+                    with m.If(ref.valid):
+                        with m.If(tok.done):
+                            m.d.comb += [ev_valid.eq(1), ev.done.eq(1), ref.ready.eq(accept)]
+                            with m.If(accept):
+                                m.d.sync += state.eq(FIN)
+                        with m.Elif(tok.stop != 0):
+                            m.d.comb += [ev_valid.eq(1), ev.stop.eq(tok.stop + n_out), ref.ready.eq(accept)]
+                            with m.If(accept):
+                                for k in range(1, D):
+                                    with m.If(tok.stop == k):
+                                        nxt = racc[k] + rstr[k]
+                                        m.d.sync += [racc[i].eq(nxt) for i in range(k + 1)]
+                                        reset_all(nxt)
+                        with m.Else():
+                            block_events()
+                            m.d.comb += ref.ready.eq(accept & final)
+
+                            def finish_ref():
+                                nxt = racc[0] + rstr[0]
+                                m.d.sync += racc[0].eq(nxt)
+                                reset_all(nxt)
+                            with m.If(accept):
+                                block_advance(finish_ref)
+                else:
+                    with m.If(blk_done):
+                        m.d.comb += [ev_valid.eq(1), ev.done.eq(1)]
+                        with m.If(accept):
+                            m.d.sync += state.eq(FIN)
+                    with m.Else():
+                        block_events()
+
+                        def finish_once():
+                            m.d.sync += blk_done.eq(1)
+                        with m.If(leaf_skip):
+                            finish_once()
+                        with m.Elif(accept):
+                            block_advance(finish_once)
+            with m.Case(FIN):
+                with m.If(~R["start"]):
+                    m.d.sync += state.eq(IDLE)
+        return m
+
+
+# ----------------------------------------------------------------------------- LinearOffChipStore
+
+class LinearOffChipStore(_MemUnit):
+    """Write the tiles of ``i`` to consecutive tile slots from ``base`` (STeP LinearOffChipStore).
+
+    Ports: ``i`` (tiles), ``mem``, ``finished`` (status, 1 once the done token was taken
+    and every write was acknowledged; cleared by the next input token). Registers:
+    ``base`` (byte address of the first slot). Stops are consumed; after the done token
+    the next stream writes from ``base`` again.
+
+    Latency: the write request leaves in the cycle the tile arrives; II 1 while the
+    memory keeps up. Combinational: ``i.valid``/``i.payload`` -> ``mem.req``,
+    ``mem.req.ready`` -> ``i.ready``.
+    """
+
+    kind = "LinearOffChipStore"
+
+    def formats(self):
+        return {"i": (False, self.token_format())}
+
+    def extra_members(self):
+        return {"finished": Out(1)}
+
+    def registers(self):
+        return [Reg("base", self.params.addr_bits, 0, doc="byte address of the first slot")]
+
+    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
+        _check_tile(self, op_params, bindings)
+        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p = self.params
+        fmt = self.token_format()
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=1)
+        wiring.connect(m, tr.mem, wiring.flipped(self.mem))
+        tok = self.i.payload
+        off = Signal(p.addr_bits)
+        is_data = ~tok.done & (tok.stop == 0)
+        fin = Signal()
+        m.d.comb += self.finished.eq(fin)
+        ev = tr.ev.payload
+        m.d.comb += [
+            tr.ev.valid.eq(self.i.valid & (is_data | tok.done)),
+            ev.mem.eq(is_data), ev.write.eq(1), ev.addr.eq(self.regs["base"] + off), ev.wdata.eq(tok.payload),
+            ev.done.eq(tok.done),
+            self.i.ready.eq(Mux(is_data | tok.done, tr.ev.ready, 1)),
+            tr.o.ready.eq(1),
+        ]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += fin.eq(0)
+            with m.If(is_data):
+                m.d.sync += off.eq(off + p.tile_bytes)
+            with m.If(tok.done):
+                m.d.sync += off.eq(0)
+        with m.If(tr.o.valid & tr.o.payload.done):
+            m.d.sync += fin.eq(1)
+        return m
+
+
+# ----------------------------------------------------------------------------- random access
+
+class RandomOffChipLoad(_MemUnit):
+    """One tile per address token: tile index ``base + addr`` (STeP RandomOffChipLoad).
+
+    Ports: ``i_addr`` ([1, 1] int32 indices), ``o`` (tiles, the address stream's
+    shape), ``mem``. Registers: ``base`` (byte address of tile index 0 of the view,
+    i.e. ``tensor_addr + base * tile_bytes``).
+
+    Latency: memory latency + 2 cycles. II 1 while the memory keeps up.
+    Combinational: ``i_addr`` -> ``mem.req`` (address = base + addr * tile_bytes),
+    ``mem.req.ready`` -> ``i_addr.ready``; ``o.valid`` from FIFO state only.
+    """
+
+    kind = "RandomOffChipLoad"
+
+    def formats(self):
+        return {"i_addr": (False, TokenFormat(INDEX, self.params.max_rank)), "o": (True, self.token_format())}
+
+    def registers(self):
+        return [Reg("base", self.params.addr_bits, 0, doc="byte address of tile index 0")]
+
+    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
+        _check_tile(self, op_params, bindings)
+        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p = self.params
+        fmt = self.token_format()
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight)
+        wiring.connect(m, tr.mem, wiring.flipped(self.mem))
+        tok = self.i_addr.payload
+        is_data = ~tok.done & (tok.stop == 0)
+        ev = tr.ev.payload
+        m.d.comb += [
+            tr.ev.valid.eq(self.i_addr.valid), self.i_addr.ready.eq(tr.ev.ready),
+            ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes),
+            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done),
+            self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
+            self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
+            self.o.payload.done.eq(tr.o.payload.done),
+        ]
+        return m
+
+
+class RandomOffChipStore(_MemUnit):
+    """One tile write per (address, data) pair; the address comes back as acknowledgement
+    (STeP RandomOffChipStore).
+
+    Ports: ``i_addr`` ([1, 1] int32 indices), ``i_data`` (tiles, same shape), ``o``
+    (the addresses, sent when their write is acknowledged), ``mem``. Registers:
+    ``base`` as for :class:`RandomOffChipLoad`. The two inputs are taken together;
+    their stop tokens must line up (the interpreter checks it; the hardware follows
+    ``i_addr``'s).
+
+    Latency: memory latency + 2 cycles from the pair to its acknowledgement; II 1
+    while the memory keeps up. Combinational: ``i_addr``/``i_data`` -> ``mem.req``;
+    ``i_*.ready`` from ``mem.req.ready`` and the other input's ``valid``.
+    """
+
+    kind = "RandomOffChipStore"
+
+    def formats(self):
+        ind = TokenFormat(INDEX, self.params.max_rank)
+        return {"i_addr": (False, ind), "i_data": (False, self.token_format()), "o": (True, ind)}
+
+    def registers(self):
+        return [Reg("base", self.params.addr_bits, 0, doc="byte address of tile index 0")]
+
+    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
+        _check_tile(self, op_params, bindings)
+        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p = self.params
+        fmt = self.token_format()
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=INDEX.width)
+        wiring.connect(m, tr.mem, wiring.flipped(self.mem))
+        a, d = self.i_addr, self.i_data
+        tok = a.payload
+        is_data = ~tok.done & (tok.stop == 0)
+        ev = tr.ev.payload
+        m.d.comb += [
+            tr.ev.valid.eq(a.valid & d.valid),
+            a.ready.eq(tr.ev.ready & d.valid), d.ready.eq(tr.ev.ready & a.valid),
+            ev.mem.eq(is_data), ev.write.eq(1), ev.wdata.eq(d.payload.payload),
+            ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes), ev.ack.eq(tok.payload),
+            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done),
+            self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
+            self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
+            self.o.payload.done.eq(tr.o.payload.done),
+        ]
+        return m
+
+
+# ----------------------------------------------------------------------------- on-chip buffer
+
+@dataclass(frozen=True)
+class OnChipBufferParams(StreamParams):
+    """OnChipBuffer: ``sram_bytes`` of tile storage split into two banks (double
+    buffering), ``repeat_bits`` for the repeat count register, whether there is a
+    Streamify ``ref`` input (payload a ``ref_rows × ref_cols`` ``ref_dtype`` tile, ignored),
+    and ``read_dims``: the most ``read_shape`` dimensions of an affine read pattern
+    (0: no affine read hardware)."""
+
+    sram_bytes: int = 1024
+    repeat_bits: int = 16
+    ref: bool = False
+    ref_rows: int = 1
+    ref_cols: int = 1
+    ref_dtype: str = "int32"
+    read_dims: int = 0
+
+    def validate(self):
+        super().validate()
+        positive(self.owner, "read_dims", self.read_dims, minimum=0)
+        if self.read_dims > self.max_rank + 1:
+            raise ParamError(f"{self.owner}: read_dims {self.read_dims} > max_rank + 1 = {self.max_rank + 1}")
+        positive(self.owner, "sram_bytes", self.sram_bytes)
+        positive(self.owner, "repeat_bits", self.repeat_bits)
+        if self.repeat_bits > 32:
+            raise ParamError(f"{self.owner}: repeat_bits {self.repeat_bits} > 32 is not supported")
+        tb = self.rows * self.cols * self.dt.bits // 8
+        if 2 * tb > self.sram_bytes:
+            raise ParamError(f"{self.owner}: a {tb}-byte tile [{self.rows}, {self.cols}] {self.dtype} is larger "
+                             f"than an SRAM bank of {self.sram_bytes // 2} bytes (sram_bytes {self.sram_bytes}, "
+                             f"two banks)")
+        if not isinstance(self.ref, bool):
+            raise ParamError(f"{self.owner}: ref must be True or False, got {self.ref!r}")
+        positive(self.owner, "ref_rows", self.ref_rows)
+        positive(self.owner, "ref_cols", self.ref_cols)
+        if self.ref_dtype not in DTYPES:
+            raise ParamError(f"{self.owner}: unsupported ref element type {self.ref_dtype!r}; "
+                             f"supported: {sorted(DTYPES)}")
+
+    @property
+    def bank_depth(self) -> int:
+        """Entries (tiles or inner stop tokens) per bank."""
+        return self.sram_bytes // 2 // (self.rows * self.cols * self.dt.bits // 8)
+
+
+class OnChipBuffer(StepUnit):
+    """Bufferize + Streamify as one unit (the buffer handles stay inside).
+
+    Each rank-``b`` chunk of ``i`` (closed by a stop ``S_k``, ``k >= b``) is written
+    to one SRAM bank; the other bank is streamed out meanwhile (double
+    buffering). The chunk's size is learned from its stop tokens (dynamic size).
+    Each buffer is read ``repeat`` times (a new dimension of that size; register
+    ``repeat = 0`` means no repeat dimension: read once, Streamify without
+    ``repeat``). Output = Streamify(Bufferize(i, b)) token for token: buffer ends
+    and the repeat dimension are block ends through a :class:`StopMerger` (eager
+    when the buffer stream has rank 0, i.e. ``in_rank == b``); an input stop
+    ``S_k`` with ``k > b`` leaves after the buffer as ``S_(k - b + n + mid)``, where
+    ``n`` is the number of dims of one reading (``b``, or ``len(read_shape)`` for
+    affine reads) and ``mid`` the dims added per buffer (1 with ``repeat``, ``c``
+    with a ref, else 0).
+
+    With ``params.ref`` (Streamify's ``ref`` input ``i_ref``, payload ignored; its
+    shape is the buffer stream's plus ``c`` inner dims, register ``c``), each buffer
+    is read once per data element of the next rank-``c`` chunk of ``i_ref``; the
+    chunk's inner stops ``S_k`` leave as ``S_(k + n)`` and its end as a block end
+    ``S_(n + c)``; with ``c = 0`` one ref data token per buffer (ref stops are
+    skipped, and trailing ref stops before the ref's done token are accepted).
+
+    Registers: ``b`` (Bufferize rank, >= 1), ``in_rank`` (rank of ``i``), ``repeat``,
+    ``c`` (ref mode), ``n_read``/``rcount*``/``rstride*`` (affine reads).
+    Storage: ``bank_depth = sram_bytes / 2 / tile_bytes`` entries per bank; an
+    entry is a tile or an inner stop token (stop levels are kept in side bits next
+    to each tile). A chunk with more entries than a bank keeps its first
+    ``bank_depth`` entries (the rest are dropped: size the SRAM for the largest
+    buffer).
+
+    Affine reads (``read_dims > 0`` and register ``n_read > 0``): the buffer keeps
+    only its data tiles (flattened, inner stops dropped) and each reading emits
+    the tiles at ``Σ idx_j · rstride_j`` over ``read_shape`` (``rcount0..``,
+    ``rstride0..`` innermost first, in tiles), with the interpreter's block ends,
+    including empty ``read_shape`` dims. A pattern reaching past the buffer reads
+    whatever the bank holds (the interpreter raises an error).
+
+    Latency: a buffer starts streaming 2 cycles after its closing stop was taken
+    (SRAM read + output register). II 1 per output token; each buffer end costs
+    one cycle (its block end event) and each buffer switch none; in ref mode each
+    ref token costs one cycle of its own. Writing is II 1
+    while a bank is free. Combinational: ``i.ready`` from bank state only; SRAM
+    read enable and the reader from ``o.ready`` (through the StopMerger);
+    ``o.valid`` from registers.
+    """
+
+    kind = "Bufferize"
+    kinds = ("Bufferize", "Streamify")
+
+    def formats(self):
+        p = self.params
+        f = TokenFormat(tile_format(p.dtype, p.rows, p.cols), p.max_rank)
+        out = {"i": (False, f), "o": (True, f)}
+        if p.ref:
+            out["i_ref"] = (False, TokenFormat(tile_format(p.ref_dtype, p.ref_rows, p.ref_cols), p.max_rank))
+        return out
+
+    def registers(self):
+        sb = stop_bits(self.params.max_rank)
+        return [Reg("b", sb, 1, doc="Bufferize rank (>= 1)"), Reg("in_rank", sb, 1, doc="rank of the input"),
+                Reg("repeat", self.params.repeat_bits, 0, doc="Streamify repeat count; 0: no repeat dimension"),
+                Reg("c", sb, 0, doc="ref mode: dims of the ref below the buffer stream's")] + (
+            [Reg("n_read", (self.params.read_dims).bit_length(), 0, doc="read_shape dims; 0: linear reads")]
+            + [Reg(f"rcount{j}", 16, 1, doc=f"read_shape size, dim {j} from the innermost")
+               for j in range(self.params.read_dims)]
+            + [Reg(f"rstride{j}", 16, 0, signed=True, doc=f"read_stride (tiles), dim {j} from the innermost")
+               for j in range(self.params.read_dims)] if self.params.read_dims else [])
+
+    def configure(self, op_params, in_types, bindings=None):
+        """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None);
+        ``in_types``: ``in`` and, in ref mode, ``ref``."""
+        unknown = {k for k, v in op_params.items() if v is not None} - {"rank", "repeat", "read_shape",
+                                                                       "read_stride"}
+        if unknown:
+            raise ParamError(f"OnChipBuffer: unsupported parameter(s) {sorted(unknown)}")
+        b, rep = op_params["rank"], op_params.get("repeat")
+        read = {}
+        shape = op_params.get("read_shape")
+        if shape is not None:
+            shape = [_concrete(d, bindings, self, "read_shape size") for d in shape]
+            strides = list(op_params.get("read_stride") or [])
+            if not 1 <= len(shape) <= self.params.read_dims or len(strides) != len(shape):
+                raise ParamError(f"OnChipBuffer: read_shape {shape} / read_stride {strides}: need 1.."
+                                 f"{self.params.read_dims} dims (read_dims) and one stride per dim")
+            read["n_read"] = len(shape)
+            for j, (n, st) in enumerate(zip(reversed(shape), reversed(strides))):
+                read[f"rcount{j}"], read[f"rstride{j}"] = n, st
+        r = in_types["in"].rank
+        ref_t = in_types.get("ref")
+        if (ref_t is not None) != self.params.ref:
+            raise ParamError(f"OnChipBuffer: the Streamify node {'has' if ref_t is not None else 'has no'} ref "
+                             f"stream but the unit was built with ref={self.params.ref}")
+        if not 1 <= b <= r:
+            raise ParamError(f"OnChipBuffer: rank {b} must be in 1..{r} (the input's rank)")
+        c = 0
+        if ref_t is not None:
+            if rep is not None:
+                raise ParamError("OnChipBuffer: give either a ref stream or a repeat count, not both")
+            c = ref_t.rank - (r - b)
+            if c < 0:
+                raise ParamError(f"OnChipBuffer: ref rank {ref_t.rank} below the buffer stream's rank {r - b}")
+        mid = c if ref_t is not None else (0 if rep is None else 1)
+        out_rank = r - b + mid + (read["n_read"] if read else b)
+        if out_rank > self.params.max_rank:
+            raise ParamError(f"OnChipBuffer: output rank {out_rank} exceeds max_rank {self.params.max_rank}")
+        if rep is not None and rep < 1:
+            raise ParamError(f"OnChipBuffer: repeat must be >= 1, got {rep}")
+        return self.config_image(b=b, in_rank=r, repeat=0 if rep is None else rep, c=c, **read)
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p, R = self.params, self.regs
+        fmt = self.fmt("o")
+        sb, pw = fmt.stop_bits, fmt.payload.width
+        depth = p.bank_depth
+        b, rep_n, c = R["b"], R["repeat"], R["c"]
+        repeat_mode = rep_n != 0
+        eager_mode = R["in_rank"] == b
+        if p.ref:
+            mid = Signal(sb)
+            m.d.comb += mid.eq(c)
+            once = c == 0                       # one reading per buffer: its end is the block's end
+        else:
+            mid = repeat_mode
+            once = ~repeat_mode
+        Dr = p.read_dims
+        affine = (R["n_read"] != 0) if Dr else Const(0)
+        inner = Signal(sb)                      # dims of one reading: b (linear) or n_read (affine)
+        m.d.comb += inner.eq(Mux(affine, R["n_read"], b) if Dr else b)
+
+        m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
+        wr = sram.write_port()
+        rd = sram.read_port()
+        m.submodules.merger = mg = StopMerger(fmt)
+        wiring.connect(m, mg.o, wiring.flipped(self.o))
+
+        full = Signal(2)
+        length = [Signal(range(depth + 1), name=f"len{k}") for k in range(2)]
+        close = [Signal(sb, name=f"close{k}") for k in range(2)]
+        isdone = Signal(2)
+
+        # ---- writer
+        wb = Signal()
+        widx = Signal(range(depth + 1))
+        tok = self.i.payload
+        is_close = ~tok.done & (tok.stop >= b)
+        is_entry = ~tok.done & (tok.stop < b) & (~affine | (tok.stop == 0))   # affine: data only
+        m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
+        took = self.i.valid & self.i.ready
+        m.d.comb += [wr.addr.eq(Mux(wb, depth, 0) + widx), wr.data.eq(Cat(tok.payload, tok.stop)),
+                     wr.en.eq(took & is_entry & (widx < depth))]
+        with m.If(took):
+            with m.If(is_entry):
+                with m.If(widx < depth):
+                    m.d.sync += widx.eq(widx + 1)
+            with m.Elif(is_close | tok.done):    # (an inner stop in affine mode is dropped)
+                m.d.sync += [widx.eq(0), wb.eq(~wb)]
+                for k in range(2):
+                    with m.If(wb == k):
+                        m.d.sync += [length[k].eq(Mux(tok.done, 0, widx)), close[k].eq(tok.stop),
+                                     isdone[k].eq(tok.done), full[k].eq(1)]
+
+        # ---- reader, stage 1: the next event
+        rb = Signal()
+        ridx = Signal(range(depth + 1))
+        rep = Signal(p.repeat_bits)
+        ENTRIES, ENDB1, OSTOP, REF = 0, 1, 2, 3
+        START = REF if p.ref else ENTRIES
+        rstate = Signal(2, init=START)
+        rlen, rclose = Signal(range(depth + 1)), Signal(sb)
+        m.d.comb += [rlen.eq(Mux(rb, length[1], length[0])), rclose.eq(Mux(rb, close[1], close[0]))]
+        rfull, rdone = full.bit_select(rb, 1), isdone.bit_select(rb, 1)
+
+        s1_valid, s1_entry, s1_stop, s1_done, s1_end, s1_eager = (Signal(name=f"s1_{n}") for n in
+                                                                  ("valid", "entry", "stop", "done", "end", "eager"))
+        s1_level = Signal(sb)
+        s2_valid, s2_entry, s2_done, s2_end, s2_eager = (Signal(name=f"s2_{n}") for n in
+                                                         ("valid", "entry", "done", "end", "eager"))
+        s2_level = Signal(sb)
+        advance = Signal()
+        m.d.comb += advance.eq(s1_valid & (~s2_valid | mg.i.ready))
+        m.d.comb += rd.en.eq(advance)
+
+        # ---- affine read generator (one running offset per read_shape dim, as in LinearOffChipLoad)
+        if Dr:
+            n_read = R["n_read"]
+            gcnt = [R[f"rcount{j}"] for j in range(Dr)]
+            gstr = [R[f"rstride{j}"] for j in range(Dr)]
+            gidx = [Signal(16, name=f"gidx{j}") for j in range(Dr)]
+            gacc = [Signal(signed(24), name=f"gacc{j}") for j in range(Dr)]
+            gzero = [(n_read > j) & (gcnt[j] == 0) for j in range(Dr)]
+            g_has_zero = Cat(*gzero).any()
+            glo = Signal(range(Dr + 1))
+            for j in range(Dr):
+                with m.If(gzero[j]):
+                    m.d.comb += glo.eq(j + 1)
+            glast = [(glo > j) | (n_read <= j) | (gidx[j] == gcnt[j] - 1) for j in range(Dr)]
+            g_complete = Cat(*glast).all()
+            g_inc = [~glast[j] & (Cat(*glast[:j]).all() if j else Const(1)) for j in range(Dr)]
+            g_inc_n = Signal(range(Dr + 1))
+            for j in range(Dr):
+                with m.If(g_inc[j]):
+                    m.d.comb += g_inc_n.eq(j)
+            g_close = Signal(range(Dr + 1))
+            m.d.comb += g_close.eq(Mux(g_complete, n_read, g_inc_n))
+            g_close_needed = g_close > glo
+            g_phase, g_pend, g_pend_final = Signal(), Signal(range(Dr + 1)), Signal()
+            m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, gacc[0], ridx))
+        else:
+            m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
+
+        def free_bank():
+            m.d.sync += [ridx.eq(0), rep.eq(0), rstate.eq(START), rb.eq(~rb)]
+            for k in range(2):
+                with m.If(rb == k):
+                    m.d.sync += full[k].eq(0)
+
+        def after_block():
+            with m.If(rclose > b):
+                m.d.sync += rstate.eq(OSTOP)
+            with m.Else():
+                free_bank()
+
+        def reading_done():
+            """One reading of the buffer is over: read again, go back to the ref, or finish."""
+            if p.ref:
+                with m.If(c != 0):
+                    m.d.sync += [rstate.eq(REF), ridx.eq(0)]
+                with m.Else():
+                    after_block()
+            else:
+                with m.If(repeat_mode & (rep + 1 < rep_n)):
+                    m.d.sync += [rep.eq(rep + 1), ridx.eq(0)]
+                with m.Elif(repeat_mode):
+                    m.d.sync += rstate.eq(ENDB1)
+                with m.Else():
+                    after_block()
+
+        if p.ref:
+            ref = self.i_ref
+            rtok = ref.payload
+        with m.If(rfull):
+            with m.If(rdone):
+                if p.ref:   # the ref ends too: skip its trailing stops, take its done with ours
+                    with m.If(ref.valid & ~rtok.done):
+                        m.d.comb += ref.ready.eq(1)
+                    with m.If(ref.valid & rtok.done):
+                        m.d.comb += [s1_valid.eq(1), s1_done.eq(1), ref.ready.eq(advance)]
+                else:
+                    m.d.comb += [s1_valid.eq(1), s1_done.eq(1)]
+                with m.If(advance):
+                    free_bank()
+            if p.ref:
+                with m.Elif(rstate == REF):
+                    with m.If(ref.valid & ~rtok.done):
+                        with m.If(rtok.stop == 0):              # one reading of the buffer
+                            m.d.comb += ref.ready.eq(1)
+                            m.d.sync += [rstate.eq(ENTRIES), ridx.eq(0)]
+                        with m.Elif(c == 0):                    # c = 0: ref stops belong to outer levels
+                            m.d.comb += ref.ready.eq(1)
+                        with m.Elif(rtok.stop < c):             # inner stop of the ref chunk
+                            m.d.comb += [s1_valid.eq(1), s1_level.eq(rtok.stop + inner), ref.ready.eq(advance)]
+                        with m.Else():                          # the ref chunk ends: block end S_(b + c)
+                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(inner + c), s1_eager.eq(eager_mode),
+                                         ref.ready.eq(advance)]
+                            with m.If(advance):
+                                after_block()
+            if Dr:
+                with m.Elif((rstate == ENTRIES) & affine):
+                    def end_of_reading():
+                        m.d.sync += [g.eq(0) for g in gidx] + [g.eq(0) for g in gacc] + [g_phase.eq(0)]
+                        reading_done()
+                    with m.If(g_phase == 0):
+                        with m.If(g_has_zero):
+                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(glo),
+                                         s1_eager.eq(eager_mode & once & g_complete & ~g_close_needed)]
+                        with m.Else():
+                            m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
+                        with m.If(advance):
+                            with m.If(~g_complete):
+                                for j in range(Dr):
+                                    with m.If(g_inc[j]):
+                                        nxt = gacc[j] + gstr[j]
+                                        m.d.sync += [gidx[j].eq(gidx[j] + 1), gacc[j].eq(nxt)]
+                                        for i in range(j):
+                                            m.d.sync += [gidx[i].eq(0), gacc[i].eq(nxt)]
+                            with m.If(g_close_needed):
+                                m.d.sync += [g_phase.eq(1), g_pend.eq(g_close), g_pend_final.eq(g_complete)]
+                            with m.Elif(g_complete):
+                                end_of_reading()
+                    with m.Else():
+                        m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g_pend),
+                                     s1_eager.eq(eager_mode & once & g_pend_final)]
+                        with m.If(advance):
+                            m.d.sync += g_phase.eq(0)
+                            with m.If(g_pend_final):
+                                end_of_reading()
+            with m.Elif(rstate == ENTRIES):
+                with m.If(ridx < rlen):
+                    m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
+                    with m.If(advance):
+                        m.d.sync += ridx.eq(ridx + 1)
+                with m.Else():   # end of one reading of the buffer
+                    m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(b), s1_eager.eq(eager_mode & once)]
+                    with m.If(advance):
+                        reading_done()
+            with m.Elif(rstate == ENDB1):   # end of the repeat dimension
+                m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(inner + 1), s1_eager.eq(eager_mode)]
+                with m.If(advance):
+                    after_block()
+            with m.Else():                 # the input's stop above the buffer
+                m.d.comb += [s1_valid.eq(1), s1_level.eq(rclose - b + inner + mid)]
+                with m.If(advance):
+                    free_bank()
+
+        # ---- reader, stage 2: output register (SRAM data arrives here)
+        with m.If(advance):
+            m.d.sync += [s2_valid.eq(1), s2_entry.eq(s1_entry), s2_done.eq(s1_done), s2_end.eq(s1_end),
+                         s2_eager.eq(s1_eager), s2_level.eq(s1_level)]
+        with m.Elif(mg.i.ready):
+            m.d.sync += s2_valid.eq(0)
+        word_payload, word_stop = rd.data[:pw], rd.data[pw:]
+        ev = mg.i.payload
+        m.d.comb += [mg.i.valid.eq(s2_valid), ev.done.eq(s2_done), ev.end.eq(s2_end), ev.eager.eq(s2_eager)]
+        with m.If(s2_entry):
+            m.d.comb += ev.stop.eq(word_stop)
+            with m.If(word_stop == 0):
+                m.d.comb += ev.payload.eq(word_payload)
+        with m.Else():
+            m.d.comb += ev.stop.eq(s2_level)
+        return m
