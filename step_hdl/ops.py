@@ -809,6 +809,11 @@ class Streamify(Op):
                 yield from em.done()
                 return
             if t.stop:
+                if has_ref and self._mid == 0:
+                    # the ref has the buffer stream's shape: its stop here lines up with this one
+                    r = yield from io.peek("ref")
+                    if r.stop:
+                        yield from io.get("ref")
                 yield from em.stop(t.stop + q)
                 continue
             view = self._view(t.payload, io)
