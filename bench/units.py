@@ -22,7 +22,6 @@ import json
 import sys
 import time
 
-from step_hdl.interp import run_operator
 from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
 from step_hdl.units.base import hw_port, lang_port
@@ -31,14 +30,15 @@ from step_hdl.units.catalog import CATALOG
 
 def measure(entry, tile: int, dtype: str, backend: str, n: int) -> dict:
     unit = entry.make(tile, tile, dtype)
-    kind, inputs, op_params = entry.stimulus(unit, n)
-    expected = run_operator(kind, inputs, **op_params)
+    kind, inputs, op_params, *rest = entry.stimulus(unit, n)
+    extra = rest[0] if rest else {}
+    expected = entry.run_reference(kind, inputs, op_params, extra)
     packed = {hw_port(p, False): unit.fmt(hw_port(p, False)).pack_all(t) for p, (_, t) in inputs.items()}
     outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
-    config = unit.configure(op_params, {p: st for p, (st, _) in inputs.items()})
+    component, config = entry.component(unit, op_params, inputs, extra)
     timing: dict = {}
     t0 = time.perf_counter()
-    got, cycles = run_scenario(unit, Scenario(packed, outs, config, p_gap=0, p_drop=0), backend,
+    got, cycles = run_scenario(component, Scenario(packed, outs, config, p_gap=0, p_drop=0), backend,
                                f"{entry.name.lower()}_t{tile}", timing=timing)
     wall = time.perf_counter() - t0
     ok = all(unit.fmt(p).unpack_all(got[p]) == expected[lang_port(p)] for p in outs)
@@ -47,7 +47,9 @@ def measure(entry, tile: int, dtype: str, backend: str, n: int) -> dict:
     return {"unit": entry.name, "tile": f"{tile}x{tile}", "dtype": dtype, "backend": backend,
             # both counters advance at each edge: an output in the cycle the input is
             # offered (a combinational path) is latency 0
-            "latency": when[0] - timing["first_in"] - 1 if when else None,
+            # (a unit with no input stream, e.g. a load, counts from the end of configuration)
+            "latency": (when[0] - (timing["first_in"] + 1 if timing["first_in"] is not None else 0)
+                        if when else None),
             "claimed_ii": entry.claimed_ii, "tokens": len(when),
             "tokens_per_cycle": round(len(when) / span, 4) if span else 0.0,
             "cycles": cycles, "outputs_match": ok, "wall_s": round(wall, 2)}
@@ -62,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--units", nargs="*", help="only these units (default: all)")
     ap.add_argument("--json", metavar="PATH", help="write the records as JSON")
     args = ap.parse_args(argv)
-    names = args.units or list(CATALOG)
+    names = args.units or [n for n, e in CATALOG.items() if e.stimulus is not None]
     records = []
     print(f"{'unit':22s} {'tile':>6s} {'latency':>8s} {'claimed II':>10s} {'tokens/cycle':>12s} {'match':>6s} "
           f"{'wall s':>7s}")

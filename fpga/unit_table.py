@@ -34,7 +34,7 @@ def units(tile: int, dtype: str):
     from step_hdl.units.catalog import CATALOG
     yield from plumbing(tile, dtype)
     for name, entry in CATALOG.items():
-        unit = entry.make(tile, tile, dtype)
+        unit = entry.hardware(entry.make(tile, tile, dtype))
         params = ", ".join(f"{k} {v}" for k, v in unit.params.to_json().items()
                            if k not in ("rows", "cols", "dtype"))
         yield name, params, unit

@@ -27,12 +27,38 @@ from .params import StreamParams
 
 @dataclass(frozen=True)
 class Entry:
+    """One unit of the catalog.
+
+    ``stimulus(unit, n)`` returns ``(kind, inputs, op_params)`` or, for units
+    that touch off-chip memory, ``(kind, inputs, op_params, extra)`` with
+    ``extra = {"tensors": ..., "declare": ...}``. ``expected(inputs, op_params,
+    extra)`` overrides the interpreter run (a unit covering two operators);
+    ``harness(unit, op_params, inputs, extra)`` returns the component to
+    simulate and its configuration words (a unit plus its test memory);
+    ``hardware(unit)`` the synthesizable part.
+    """
+
     name: str
     make: Callable
     stimulus: Callable
     main_output: str = "o"
     claimed_ii: float = 1.0
     family: str = ""
+    expected: Callable | None = None
+    harness: Callable | None = None
+    hardware: Callable = staticmethod(lambda unit: unit)
+
+    def run_reference(self, kind, inputs, op_params, extra):
+        from step_hdl.interp import run_operator
+        if self.expected is not None:
+            return self.expected(inputs, op_params, extra)
+        return run_operator(kind, inputs, tensors=extra.get("tensors"), declare=extra.get("declare"), **op_params)
+
+    def component(self, unit, op_params, inputs, extra) -> tuple:
+        """(component to simulate, configuration words)."""
+        if self.harness is not None:
+            return self.harness(unit, op_params, inputs, extra)
+        return unit, unit.configure(op_params, {p: st for p, (st, _) in inputs.items()})
 
 
 CATALOG: dict[str, Entry] = {}
@@ -149,6 +175,81 @@ def _shape_entries():
 
 
 for _e in _shape_entries():
+    register(_e)
+
+
+def _memory_entries():
+    from .memory import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams, OnChipBuffer,
+                         OnChipBufferParams, RandomOffChipLoad, RandomOffChipStore)
+    from .memport import MemoryHarness, SimMemory, memory_image, sim_ctl_word
+
+    def tensor(unit, n):
+        p = unit.params
+        from step_hdl.types import dtype as mk
+        rng = np.random.default_rng(3)
+        arr = rng.integers(-100, 100, (n * p.rows, p.cols)).astype(mk(p.dtype).numpy)
+        return {"t": arr, "o": np.zeros_like(arr)}, {"t": (n * p.rows, p.cols, p.dtype),
+                                                     "o": (n * p.rows, p.cols, p.dtype)}
+
+    def harness(unit, op_params, inputs, extra):
+        from .layout import tile_format
+        p = unit.params
+        fmt = tile_format(p.dtype, p.rows, p.cols)
+        image, where = memory_image(extra["tensors"], fmt)
+        mem = SimMemory(p.port, len(image), image, latency=1, max_inflight=p.max_inflight)
+        config = unit.configure(op_params, {q: st for q, (st, _) in inputs.items()},
+                                tensor_addr=where[op_params["tensor"]])
+        return MemoryHarness(unit, mem), [sim_ctl_word(1, 0, 0)] + config
+
+    def linear_load(unit, n):
+        tensors, declare = tensor(unit, n)
+        p = unit.params
+        return "LinearOffChipLoad", {}, {"tensor": "t", "tile": [p.rows, p.cols], "out_shape": [n],
+                                         "stride": [1]}, {"tensors": tensors, "declare": declare}
+
+    def random_load(unit, n):
+        tensors, declare = tensor(unit, n)
+        p = unit.params
+        addrs = [data(np.array([[(7 * k) % n]], np.int32)) for k in range(n)] + [DONE]
+        from step_hdl.types import Index
+        return "RandomOffChipLoad", {"addr": (StreamType(Index(), (n,)), addrs)}, \
+            {"tensor": "t", "tile": [p.rows, p.cols]}, {"tensors": tensors, "declare": declare}
+
+    def buffer(unit, n):
+        p = unit.params
+        st, toks = tiles_stream(p.rows, p.cols, p.dtype, n, inner=8)
+        return "Bufferize", {"in": (st, toks)}, {"rank": 1, "repeat": 2}
+
+    def buffer_expected(inputs, op_params, extra):
+        from step_hdl.graph import Graph
+        from step_hdl.interp import run
+        g = Graph("buffer")
+        st, toks = inputs["in"]
+        src = g.source(st, data="x")
+        g.output(g.streamify(g.bufferize(src, op_params["rank"]), repeat=op_params["repeat"]), name="o")
+        return {"out": run(g, streams={"x": toks}).outputs["o"]}
+
+    def bare(unit):
+        return unit
+
+    yield Entry("LinearOffChipLoad", lambda r, c, d: LinearOffChipLoad(LinearLoadParams(r, c, d, 3)), linear_load,
+                family="memory", harness=harness)
+    yield Entry("RandomOffChipLoad", lambda r, c, d: RandomOffChipLoad(OffChipParams(r, c, d, 3)), random_load,
+                family="memory", harness=harness)
+    yield Entry("OnChipBuffer", lambda r, c, d: OnChipBuffer(OnChipBufferParams(r, c, d, 3,
+                                                                                  sram_bytes=64 * r * c * 4)),
+                buffer, family="memory", expected=buffer_expected,
+                # 18 output tokens per 8-tile buffer read twice, plus one cycle per buffer-end
+                # event in the StopMerger (see docs/unit-table.md): 20 cycles / 18 tokens
+                claimed_ii=20 / 18)
+    # stores have no token output to time; they are sized in the unit table only
+    yield Entry("LinearOffChipStore", lambda r, c, d: LinearOffChipStore(OffChipParams(r, c, d, 3)), None,
+                family="memory", main_output="")
+    yield Entry("RandomOffChipStore", lambda r, c, d: RandomOffChipStore(OffChipParams(r, c, d, 3)), None,
+                family="memory", main_output="o")
+
+
+for _e in _memory_entries():
     register(_e)
 
 
