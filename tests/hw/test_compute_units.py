@@ -1,0 +1,357 @@
+"""Compute units (Map, Accum, Scan, FlatMap) against the interpreter, bit for bit, under random stalls."""
+
+import numpy as np
+import pytest
+
+from step_hdl import StreamType, Tile
+from step_hdl.functions import fn
+from step_hdl.token import encode
+from step_hdl.types import dyn, ragged
+from step_hdl.units.compute import Accum, AccumParams, FlatMap, FlatMapParams, Map, MapParams, Scan
+from step_hdl.units.params import ParamError
+
+from hw.harness import check_unit
+
+L = ragged("L")
+M = ragged("M")
+INFO = {"int8": np.iinfo(np.int8), "int16": np.iinfo(np.int16), "int32": np.iinfo(np.int32)}
+
+
+def rand_tile(rng, rows, cols, dt, lo=None, hi=None):
+    """Full-range values (saturation and wrap-around, negatives) unless bounds are given."""
+    info = INFO[dt]
+    lo = info.min if lo is None else lo
+    hi = info.max if hi is None else hi
+    return rng.integers(lo, hi, (rows, cols), endpoint=True).astype(info.dtype)
+
+
+def nested(structure, make):
+    """Nested lists of payloads: ``structure`` gives the innermost lengths (ints) at its leaves."""
+    if isinstance(structure, int):
+        return [make() for _ in range(structure)]
+    return [nested(s, make) for s in structure]
+
+
+def depth(structure) -> int:
+    return 0 if isinstance(structure, int) else 1 + max((depth(s) for s in structure), default=0)
+
+
+# ragged outer shapes (rank, structure, symbolic shape): empty chunks, several stop levels
+SHAPES = {
+    "rank0": (0, 5, (5,)),
+    "rank1": (1, [3, 0, 2, 1], (4, L)),
+    "rank2": (2, [[2, 0], [], [1, 3, 1]], (3, M, L)),
+}
+
+
+def stream(rng, tile: Tile, shape_key: str, **bounds):
+    rank, struct, shape = SHAPES[shape_key]
+    rows, cols = int(tile.rows), int(tile.cols)
+    toks = encode(nested(struct, lambda: rand_tile(rng, rows, cols, tile.dtype.name, **bounds)), rank)
+    return StreamType(tile, shape), toks
+
+
+def paired(rng, t0: Tile, t1: Tile, shape_key: str):
+    """Two streams with the same stop structure."""
+    st0, a = stream(rng, t0, shape_key)
+    st1, b = stream(rng, t1, shape_key)
+    return {"in0": (st0, a), "in1": (st1, b)}
+
+
+# --------------------------------------------------------------------------- Map
+
+BINARY = ("add", "sub", "mul", "max", "matmul")
+
+
+@pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16")])
+@pytest.mark.parametrize("f", ["add", "sub", "mul", "max", "matmul", fn("matmul", transpose_b=True)], ids=str)
+def test_map_binary_one_build(sim_backend, size, dt, f):
+    """One build with every binary function; the fn register selects (square tiles: transpose is a register)."""
+    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=BINARY, max_rank=2))
+    rng = np.random.default_rng(size)
+    t = Tile(dt, size, size)
+    for shape_key in ("rank1", "rank2"):
+        check_unit(unit, "Map", paired(rng, t, t, shape_key), dict(fn=f, n=2), backend=sim_backend)
+
+
+@pytest.mark.parametrize("b_shape", [(4, 1), (1, 1), (1, 4)])
+@pytest.mark.parametrize("f", ["add", "sub", "mul", "max"])
+def test_map_broadcast(sim_backend, b_shape, f):
+    unit = Map(MapParams(rows=4, cols=4, dtype="int16", fns=(f,), in1_rows=b_shape[0], in1_cols=b_shape[1]))
+    rng = np.random.default_rng(3)
+    inputs = paired(rng, Tile("int16", 4, 4), Tile("int16", *b_shape), "rank1")
+    check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend=sim_backend)
+
+
+def test_map_broadcast_first_operand(sim_backend):
+    """The library also broadcasts the first operand: [1, 1] * [2, 2]."""
+    unit = Map(MapParams(rows=1, cols=1, dtype="int8", fns=("mul", "sub"), in1_rows=2, in1_cols=2))
+    assert unit.params.out_tile == Tile("int32", 2, 2)
+    inputs = paired(np.random.default_rng(19), Tile("int8", 1, 1), Tile("int8", 2, 2), "rank2")
+    for f in ("mul", "sub"):
+        check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend=sim_backend)
+
+
+def test_params_json_round_trip():
+    p = MapParams(rows=4, cols=4, dtype="int16", fns=("matmul", "add"), matmul_rows=2)
+    assert MapParams.from_json(p.to_json()) == p
+    a = AccumParams(rows=1, cols=4, dtype="int16", updates=("retile_row",), state_rows=4)
+    assert AccumParams.from_json(a.to_json()) == a
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_map_matmul_rectangular(sim_backend, transpose):
+    """[2, 4] x [4, 3] (or [3, 4] transposed): the transposition is wired, no register."""
+    b = Tile("int16", 3, 4) if transpose else Tile("int16", 4, 3)
+    unit = Map(MapParams(rows=2, cols=4, dtype="int16", fns=("matmul",), in1_rows=int(b.rows),
+                         in1_cols=int(b.cols)))
+    assert unit.params.multipliers == 2 * 4 * 3
+    inputs = paired(np.random.default_rng(4), Tile("int16", 2, 4), b, "rank2")
+    check_unit(unit, "Map", inputs, dict(fn=fn("matmul", transpose_b=transpose), n=2), backend=sim_backend)
+
+
+@pytest.mark.parametrize("g", [1, 2])
+def test_map_matmul_folded(sim_backend, g):
+    """matmul_rows=g: g output rows per cycle, II 4/g, 16·g multipliers; transpose stays a register."""
+    unit = Map(MapParams(rows=4, cols=4, dtype="int16", fns=("matmul", "add"), matmul_rows=g, max_rank=2))
+    assert unit.params.multipliers == g * 16 and unit.params.matmul_passes == 4 // g
+    t = Tile("int16", 4, 4)
+    rng = np.random.default_rng(17)
+    for f in (fn("matmul", transpose_b=True), "matmul"):
+        check_unit(unit, "Map", paired(rng, t, t, "rank2"), dict(fn=f, n=2), backend=sim_backend)
+    # without stalls, each data tile pair costs 4/g cycles instead of 1
+    inputs = paired(rng, t, t, "rank2")
+    n_data = sum(tok.is_data for tok in inputs["in0"][1])
+    fast = dict(backend=sim_backend, seeds=(0,), p_gap=0, p_drop=0)
+    (mm,) = check_unit(unit, "Map", inputs, dict(fn="matmul", n=2), **fast)
+    (add,) = check_unit(unit, "Map", inputs, dict(fn="add", n=2), **fast)
+    types = {port: st for port, (st, _) in inputs.items()}
+    cfg_extra = len(unit.configure(dict(fn="matmul", n=2), types)) - len(unit.configure(dict(fn="add", n=2), types))
+    # (the Amaranth harness counts the configuration writes as cycles, the cocotb one does not)
+    assert n_data * (4 // g - 1) <= mm - add <= n_data * (4 // g - 1) + cfg_extra
+
+
+@pytest.mark.parametrize("out_dt", ["int8", "int16"])
+def test_map_requantize(sim_backend, out_dt):
+    unit = Map(MapParams(rows=2, cols=2, dtype="int32", fns=("requantize",), out_dtype=out_dt))
+    rng = np.random.default_rng(5)
+    for shift in (0, 7, 20, 31):
+        st, toks = stream(rng, Tile("int32", 2, 2), "rank1")
+        check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=fn("requantize", shift=shift, dtype=out_dt)),
+                   backend=sim_backend)
+
+
+@pytest.mark.parametrize("size, dt, fracs", [(2, "int8", (0, 3, 6)), (2, "int16", (0, 4, 11, 14)),
+                                             (4, "int16", (8,))])
+def test_map_silu_exp(sim_backend, size, dt, fracs):
+    """One build for silu and exp; full-range inputs saturate; several frac settings."""
+    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=("silu", "exp")))
+    rng = np.random.default_rng(6)
+    for frac in fracs:
+        for name in ("silu", "exp"):
+            st, toks = stream(rng, Tile(dt, size, size), "rank2")
+            check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=fn(name, frac=frac)), backend=sim_backend)
+
+
+@pytest.mark.parametrize("f, dt", [("row_sum", "int16"), ("row_max", "int8"), ("row_sum", "int32")])
+def test_map_row_reduce(sim_backend, f, dt):
+    unit = Map(MapParams(rows=4, cols=4, dtype=dt, fns=(f,)))
+    st, toks = stream(np.random.default_rng(7), Tile(dt, 4, 4), "rank1")
+    check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=f), backend=sim_backend)
+
+
+def test_map_affine(sim_backend):
+    """Index arithmetic on [1, 1] int32 indices, with int32 wrap-around."""
+    unit = Map(MapParams(rows=1, cols=1, dtype="int32", fns=("affine", "add")))
+    rng = np.random.default_rng(8)
+    for scale, offset in ((1, 0), (3, -7), (-65536, 1 << 31), (1 << 20, 12345)):
+        st, toks = stream(rng, Tile("int32", 1, 1), "rank1")
+        check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=fn("affine", scale=scale, offset=offset)),
+                   backend=sim_backend)
+
+
+def test_map_empty_stream(sim_backend):
+    unit = Map(MapParams(rows=2, cols=2, dtype="int8", fns=("mul",)))
+    t = Tile("int8", 2, 2)
+    st = StreamType(t, (0,))
+    check_unit(unit, "Map", {"in0": (st, encode([], 0)), "in1": (st, encode([], 0))}, dict(fn="mul", n=2),
+               backend=sim_backend)
+
+
+# --------------------------------------------------------------------------- Accum / Scan
+
+@pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16")])
+@pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest"), ("max", "zeros")])
+@pytest.mark.parametrize("shape_key, rank", [("rank1", 1), ("rank2", 1), ("rank2", 2)])
+def test_accum(sim_backend, size, dt, update, init, shape_key, rank):
+    unit = Accum(AccumParams(rows=size, cols=size, dtype=dt, updates=("add", "max"), max_rank=2))
+    st, toks = stream(np.random.default_rng(9), Tile(dt, size, size), shape_key)
+    op = dict(update=update, init=fn(init, rows=size, cols=size, dtype="int32"), rank=rank)
+    check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
+
+
+def test_accum_add_wraps_and_broadcasts(sim_backend):
+    """int32 elements wrap the int32 state; a [2, 1] element broadcasts over a [2, 2] state."""
+    unit = Accum(AccumParams(rows=2, cols=1, dtype="int32", state_rows=2, state_cols=2))
+    st, toks = stream(np.random.default_rng(10), Tile("int32", 2, 1), "rank2")
+    op = dict(update="add", init=fn("zeros", rows=2, cols=2, dtype="int32"), rank=1)
+    check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_accum_retile_row(sim_backend, rank):
+    """[1, 4] rows packed into [4, 4] tiles (full chunks: the hardware pads short ones with zeros)."""
+    unit = Accum(AccumParams(rows=1, cols=4, dtype="int16", updates=("retile_row",), state_rows=4, max_rank=3))
+    rng = np.random.default_rng(11)
+    if rank == 1:
+        struct, shape = [4, 4, 4], (3, 4)
+    else:
+        struct, shape = [[2, 2], [1, 3], [4]], (3, dyn("A"), L)  # 4 rows per rank-2 chunk, ragged inside
+    toks = encode(nested(struct, lambda: rand_tile(rng, 1, 4, "int16")), depth(struct))
+    st = StreamType(Tile("int16", 1, 4), shape)
+    op = dict(update="retile_row", init=fn("zeros", rows=0, cols=4, dtype="int16"), rank=rank)
+    check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
+
+
+@pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest")])
+@pytest.mark.parametrize("shape_key, rank", [("rank1", 1), ("rank2", 1), ("rank2", 2)])
+def test_scan(sim_backend, update, init, shape_key, rank):
+    unit = Scan(AccumParams(rows=2, cols=2, dtype="int16", updates=("add", "max"), max_rank=2))
+    st, toks = stream(np.random.default_rng(12), Tile("int16", 2, 2), shape_key)
+    op = dict(update=update, init=fn(init, rows=2, cols=2, dtype="int32"), rank=rank)
+    check_unit(unit, "Scan", {"in": (st, toks)}, op, backend=sim_backend)
+
+
+# --------------------------------------------------------------------------- FlatMap
+
+@pytest.mark.parametrize("shape_key", ["rank0", "rank1", "rank2"])
+@pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16")])
+def test_flatmap_retile_streamify(sim_backend, shape_key, size, dt):
+    unit = FlatMap(FlatMapParams(rows=size, cols=size, dtype=dt, fn="retile_streamify", max_rank=3))
+    st, toks = stream(np.random.default_rng(13), Tile(dt, size, size), shape_key)
+    check_unit(unit, "FlatMap", {"in": (st, toks)}, dict(fn="retile_streamify"), backend=sim_backend)
+
+
+def _pairs(rng, n):
+    return [np.array([[int(rng.integers(-100, 100)), c]], dtype=np.int32) for c in rng.choice([0, 1, 3, -2], n)]
+
+
+@pytest.mark.parametrize("step", [1, -3])
+@pytest.mark.parametrize("shape_key", ["rank0", "rank1", "rank2"])
+def test_flatmap_range_pairs(sim_backend, shape_key, step):
+    """(start, count) tiles; counts 0 and negative give empty blocks."""
+    unit = FlatMap(FlatMapParams(rows=1, cols=2, dtype="int32", fn="range", max_rank=3))
+    rng = np.random.default_rng(14)
+    rank, struct, shape = SHAPES[shape_key]
+    vals = iter(_pairs(rng, 20))
+    toks = encode(nested(struct, lambda: next(vals)), rank)
+    check_unit(unit, "FlatMap", {"in": (StreamType(Tile("int32", 1, 2), shape), toks)},
+               dict(fn=fn("range", step=step)), backend=sim_backend)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+@pytest.mark.parametrize("shape_key", ["rank0", "rank1"])
+def test_flatmap_range_static(sim_backend, shape_key, count):
+    unit = FlatMap(FlatMapParams(rows=1, cols=1, dtype="int32", fn="range", max_rank=2))
+    st, toks = stream(np.random.default_rng(15), Tile("int32", 1, 1), shape_key, lo=-50, hi=50)
+    check_unit(unit, "FlatMap", {"in": (st, toks)}, dict(fn=fn("range", count=count, step=2)),
+               backend=sim_backend)
+
+
+# --------------------------------------------------------------------------- bad parameters
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: MapParams(rows=0, cols=2), "MapParams: rows must be an integer >= 1, got 0"),
+    (lambda: MapParams(dtype="bf16"), "unsupported element type 'bf16'"),
+    (lambda: MapParams(fns=("div",)), "MapParams: unsupported function 'div'"),
+    (lambda: MapParams(fns=()), "fns must be a non-empty tuple"),
+    (lambda: MapParams(fns=("add", "silu")), "the functions produce different output tiles"),
+    (lambda: MapParams(dtype="int32", fns=("silu",)), "function 'silu' cannot run on these tiles"),
+    (lambda: MapParams(rows=2, cols=3, fns=("matmul",), in1_rows=2, in1_cols=2),
+     "function 'matmul' cannot run on these tiles"),
+    (lambda: MapParams(fns=("add",), in1_rows=3), "function 'add' cannot run on these tiles"),
+    (lambda: MapParams(fns=("matmul",), matmul_rows=3), "matmul_rows (3) must divide rows (4)"),
+    (lambda: MapParams(fns=("add",), matmul_rows=2), "matmul_rows is set but matmul is not in fns"),
+    (lambda: AccumParams(updates=("mul",)), "unsupported update function 'mul'"),
+    (lambda: AccumParams(state_dtype="int16"), "update 'add' cannot run on state"),
+    (lambda: AccumParams(rows=3, updates=("retile_row",), state_rows=4), "multiple of the element rows"),
+    (lambda: AccumParams(state_cols=0), "state_cols must be an integer >= 1, got 0"),
+    (lambda: Scan(AccumParams(rows=1, updates=("retile_row",), state_rows=4)), "Scan: retile_row is not supported"),
+    (lambda: FlatMapParams(fn="silu"), "unsupported function 'silu'"),
+    (lambda: FlatMapParams(fn="range", rows=2, cols=2), "range takes [1, 2]"),
+    (lambda: FlatMapParams(max_rank=0), "max_rank must be >= 1"),
+    (lambda: Map(AccumParams()), "Map: params must be MapParams"),
+])
+def test_bad_parameters(make, message):
+    with pytest.raises(ParamError) as exc:
+        make()
+    assert message in str(exc.value)
+
+
+def test_bad_configuration():
+    unit = Map(MapParams(rows=2, cols=2, dtype="int16", fns=("silu",)))
+    st = StreamType(Tile("int16", 2, 2), (3,))
+    with pytest.raises(ParamError, match="function 'exp' is not built into this unit"):
+        unit.configure(dict(fn="exp"), {"in0": st})
+    with pytest.raises(ParamError, match="input 'in0' carries int16\\[4,4\\]"):
+        unit.configure(dict(fn="silu"), {"in0": StreamType(Tile("int16", 4, 4), (3,))})
+    rq = Map(MapParams(rows=2, cols=2, dtype="int32", fns=("requantize",), out_dtype="int8"))
+    with pytest.raises(ParamError, match="output port carries int8"):
+        rq.configure(dict(fn=fn("requantize", shift=3, dtype="int16")), {"in0": StreamType(Tile("int32", 2, 2), (3,))})
+    acc = Accum(AccumParams(rows=2, cols=2, dtype="int16"))
+    with pytest.raises(ParamError, match="rank must be in 1..1"):
+        acc.configure(dict(update="add", init=fn("zeros", rows=2, cols=2, dtype="int32"), rank=2),
+                      {"in": StreamType(Tile("int16", 2, 2), (3, 4))})
+    for u in (unit, rq, acc):  # configured only, never simulated
+        u._MustUse__silence = True
+
+
+# --------------------------------------------------------------------------- large tiles (slow)
+
+@pytest.mark.slow
+def test_map_matmul_16x16(sim_backend):
+    unit = Map(MapParams(rows=16, cols=16, dtype="int8", fns=("matmul",), max_rank=1))
+    t = Tile("int8", 16, 16)
+    inputs = paired(np.random.default_rng(16), t, t, "rank1")
+    check_unit(unit, "Map", inputs, dict(fn="matmul", n=2), backend=sim_backend, seeds=(0,))
+
+
+# --------------------------------------------------------------------------- the SwiGLU fabric's nodes
+
+def _unit_for(node):
+    """A unit whose physical tiles are the node's (what the mapper would pick)."""
+    if node.kind == "Map":
+        f = node.p("fn")
+        t0 = node.t("in0").dtype
+        t1 = node.t("in1").dtype if node.p("n") == 2 else None
+        out = node.out_types["out"].dtype
+        extra = dict(in1_rows=int(t1.rows), in1_cols=int(t1.cols), in1_dtype=t1.dtype.name) if t1 else {}
+        return Map(MapParams(rows=int(t0.rows), cols=int(t0.cols), dtype=t0.dtype.name, fns=(f.name,),
+                             out_dtype=out.dtype.name, max_rank=2, **extra))
+    t = node.t("in").dtype
+    s = node.out_types["out"].dtype
+    return Accum(AccumParams(rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name, updates=("add",),
+                             state_rows=int(s.rows), state_cols=int(s.cols), max_rank=2))
+
+
+@pytest.mark.parametrize("node_name", ["gate_proj", "gate_requant", "silu", "gate_mul", "mul_requant",
+                                       "down_proj", "accum_down", "out_requant"])
+def test_swiglu_int16_nodes(sim_backend, node_name):
+    """Each Map/Accum node of the int16 SwiGLU graph (tb=2, H=4, ti=2) on a unit built for its tiles."""
+    from step_hdl.workloads.swiglu import swiglu_graph
+    node = swiglu_graph(4, 4, 4, 2, 2, "int16").nodes[node_name]
+    unit = _unit_for(node)
+    rng = np.random.default_rng(18)
+    inputs = {}
+    for port, ref in node.inputs.items():
+        st = ref.type
+        t = st.dtype
+        shape = tuple(int(d) for d in st.shape)
+        struct = shape[-1]
+        for d in reversed(shape[:-1]):
+            struct = [struct] * d
+        lim = 1 << 12 if t.dtype.name == "int16" else None  # keep products near the Q8 range
+        vals = nested(struct, lambda: rand_tile(rng, int(t.rows), int(t.cols), t.dtype.name,
+                                                lo=-lim if lim else None, hi=lim))
+        inputs[port] = (st, encode(vals, len(shape) - 1))
+    check_unit(unit, node.kind, inputs, dict(node.params), backend=sim_backend)

@@ -1,0 +1,699 @@
+"""Compute units: Map, Accum, Scan and FlatMap (STeP's higher-order operators).
+
+Integer arithmetic is bit-exact with :mod:`step_hdl.functions` (the hardware
+function library is :mod:`step_hdl.units.functions`). Structural parameters
+(physical tiles, element types, supported functions, ``max_rank``) are frozen
+dataclasses; per-program settings (function select, shift, frac, rank, ...) are
+configuration registers that :meth:`configure` fills from the language node's
+parameters, so one build serves several programs.
+
+======================  =======  ===========================  ==========================================
+unit                    latency  II                           resources (beyond registers)
+======================  =======  ===========================  ==========================================
+Map                     1        1 (matmul folded: ``M/g``)   the functions' logic, side by side;
+                                                              matmul ``M·K·N`` (``g·K·N``) multipliers
+Accum (add/max)         1        1; 2 for ``S_k``, ``k > b``  one 32-bit adder/comparator per element
+Accum (retile_row)      1        1; 2 for ``S_k``, ``k > b``  row-block write enables
+Scan (add/max)          1        1                            one 32-bit adder/comparator per element
+FlatMap                 0        ``R + 1`` / ``count + 1``    StopMerger, 32-bit counter (range)
+======================  =======  ===========================  ==========================================
+
+All outputs of Map/Accum/Scan are registered (``o.valid`` is a flip-flop);
+their ``i.ready`` is combinational in ``o.ready`` (put a BackwardSlice or
+Queue in front to cut the ready path). FlatMap's output is combinational from
+its input through the StopMerger. No unit's ``o.valid`` depends on ``o.ready``.
+
+Physical tiles are the logical tiles: a unit built for ``[4, 4]`` int16 tiles
+takes exactly those (the mapper picks a unit whose tiles match the node's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+
+from step_hdl.errors import StepTypeError
+from step_hdl.functions import fn as make_fn
+from step_hdl.types import StreamType, Tile, dims_equal, dtype as make_dtype
+
+from .base import StepUnit
+from .config import Reg
+from .functions import HW_FUNCTIONS, TileVal, UPDATES, as_fn, hw_fn, update_elems
+from .layout import TileFormat, TokenFormat
+from .merger import StopMerger
+from .params import ParamError, StreamParams
+
+__all__ = ["MapParams", "Map", "AccumParams", "Accum", "Scan", "FlatMapParams", "FlatMap"]
+
+INT_TYPES = ("int8", "int16", "int32")
+
+
+def _int_dtype(owner: str, name: str, value) -> None:
+    if value not in INT_TYPES:
+        raise ParamError(f"{owner}: unsupported element type {value!r} for {name}; "
+                         f"the compute units take {list(INT_TYPES)}")
+
+
+def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
+    return TokenFormat(TileFormat(tile.dtype, int(tile.rows), int(tile.cols)), max_rank)
+
+
+def _check_input(owner: str, port: str, in_types: dict, tile: Tile, max_rank: int) -> StreamType:
+    st = in_types.get(port)
+    if st is None:
+        raise ParamError(f"{owner}: no stream type for input {port!r}")
+    t = st.dtype
+    if not (isinstance(t, Tile) and t.dtype == tile.dtype and dims_equal(t.rows, tile.rows) is True
+            and dims_equal(t.cols, tile.cols) is True):
+        raise ParamError(f"{owner}: input {port!r} carries {t}, but the unit's physical tile is {tile}")
+    if st.rank > max_rank:
+        raise ParamError(f"{owner}: input {port!r} has rank {st.rank} > max_rank {max_rank}")
+    return st
+
+
+def _reject(unit, exc: Exception):
+    """Raise from a constructor without Amaranth's 'created but never used' warning."""
+    unit._MustUse__silence = True
+    raise exc
+
+
+# =========================================================================== Map
+
+@dataclass(frozen=True)
+class MapParams(StreamParams):
+    """Structural parameters of a :class:`Map` unit.
+
+    ``rows × cols`` of ``dtype`` is the first operand's tile; a second operand
+    (present when a binary function is supported) is ``in1_rows × in1_cols`` of
+    ``in1_dtype`` (each defaulting to the first's). ``fns`` lists the supported
+    functions (one is selected per program); all must produce the same output
+    tile, which fixes the output port. ``out_dtype`` is requantize's target type.
+    """
+
+    fns: tuple = ("add",)
+    in1_rows: int | None = None
+    in1_cols: int | None = None
+    in1_dtype: str | None = None
+    out_dtype: str | None = None
+    matmul_rows: int | None = None
+
+    def validate(self):
+        super().validate()
+        _int_dtype(self.owner, "dtype", self.dtype)
+        if self.matmul_rows is not None:
+            if isinstance(self.matmul_rows, bool) or not isinstance(self.matmul_rows, int) or self.matmul_rows < 1:
+                raise ParamError(f"{self.owner}: matmul_rows must be an integer >= 1, got {self.matmul_rows!r}")
+            if "matmul" not in self.fns:
+                raise ParamError(f"{self.owner}: matmul_rows is set but matmul is not in fns {self.fns!r}")
+            if self.rows % self.matmul_rows:
+                raise ParamError(f"{self.owner}: matmul_rows ({self.matmul_rows}) must divide rows ({self.rows})")
+        for k in ("in1_rows", "in1_cols"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ParamError(f"{self.owner}: {k} must be an integer >= 1, got {v!r}")
+        if self.in1_dtype is not None:
+            _int_dtype(self.owner, "in1_dtype", self.in1_dtype)
+        if self.out_dtype is not None:
+            _int_dtype(self.owner, "out_dtype", self.out_dtype)
+        if not isinstance(self.fns, tuple) or not self.fns:
+            raise ParamError(f"{self.owner}: fns must be a non-empty tuple of function names, got {self.fns!r}")
+        if len(set(self.fns)) != len(self.fns):
+            raise ParamError(f"{self.owner}: fns lists a function twice: {self.fns!r}")
+        outs = {}
+        for name in self.fns:
+            f = hw_fn(self.owner, name)
+            try:
+                outs[name] = f.out_tile(self.in0_tile, self.in1_tile if f.arity == 2 else None, self.out_dt)
+            except StepTypeError as exc:
+                raise ParamError(f"{self.owner}: function {name!r} cannot run on these tiles: {exc}") from None
+        if len(set(outs.values())) != 1:
+            raise ParamError(f"{self.owner}: the functions produce different output tiles "
+                             f"({', '.join(f'{k}: {v}' for k, v in outs.items())}); one build has one output port")
+
+    @property
+    def in0_tile(self) -> Tile:
+        return Tile(self.dtype, self.rows, self.cols)
+
+    @property
+    def in1_tile(self) -> Tile:
+        return Tile(self.in1_dtype or self.dtype, self.in1_rows or self.rows, self.in1_cols or self.cols)
+
+    @property
+    def out_dt(self):
+        return make_dtype(self.out_dtype) if self.out_dtype else None
+
+    @property
+    def binary(self) -> bool:
+        return any(HW_FUNCTIONS[n].arity == 2 for n in self.fns)
+
+    @property
+    def out_tile(self) -> Tile:
+        f = HW_FUNCTIONS[self.fns[0]]
+        return f.out_tile(self.in0_tile, self.in1_tile if f.arity == 2 else None, self.out_dt)
+
+    @property
+    def matmul_passes(self) -> int:
+        """Cycles per matmul tile (its II): ``rows / matmul_rows`` (1 when fully parallel)."""
+        return self.rows // (self.matmul_rows or self.rows)
+
+    @property
+    def multipliers(self) -> int:
+        """Hardware multipliers of the build (every supported function is built; a folded
+        matmul has ``matmul_rows·K·N``)."""
+        return sum(HW_FUNCTIONS[n].multipliers(self.in0_tile, self.in1_tile) // (self.matmul_passes if n == "matmul"
+                                                                                 else 1) for n in self.fns)
+
+
+class Map(StepUnit):
+    """STeP Map: one or two inputs (``i0``, ``i1``) -> ``o``, a library function per element.
+
+    Every function in ``params.fns`` is built side by side (combinational; see
+    :mod:`step_hdl.units.functions` for each one's multipliers); the ``fn``
+    register selects one. A unary function ignores ``i1`` (never ready).
+    ``matmul`` on ``[M,K] x [K,N]`` is fully parallel by default: ``M·K·N``
+    multipliers, II 1. With ``matmul_rows = g`` (dividing ``M``) it computes
+    ``g`` output rows per cycle: ``g·K·N`` multipliers, II ``M/g`` cycles per
+    tile pair (the operands are held and the earlier row groups kept in an
+    ``M·N`` int32 register), latency ``M/g``. Every other function: II 1.
+    ``params.multipliers`` counts a build's multipliers.
+
+    Registers: ``fn`` (index into ``params.fns``) and the functions' own
+    (``shift``, ``frac``, ``transpose``, ``scale``, ``offset``).
+
+    Stops and done pass through in lockstep: with two inputs both must carry
+    the same stop structure (the tokens of ``i1`` are consumed with those of
+    ``i0``; a mismatch is a program error that the hardware does not detect).
+
+    Latency 1 (registered output; ``M/g`` for a folded matmul), II 1 (see
+    above). Combinational: ready only (``i0.ready``/``i1.ready`` from
+    ``o.ready``, the other input's valid and ``i0``'s stop level);
+    data and valid are registered (the function is evaluated in front of the
+    output register).
+    """
+
+    kind = "Map"
+
+    def __init__(self, params: MapParams):
+        if not isinstance(params, MapParams):
+            _reject(self, ParamError(f"Map: params must be MapParams, got {type(params).__name__}"))
+        super().__init__(params)
+
+    def formats(self):
+        p = self.params
+        out = {"i0": (False, _fmt(p.in0_tile, p.max_rank)), "o": (True, _fmt(p.out_tile, p.max_rank))}
+        if p.binary:
+            out["i1"] = (False, _fmt(p.in1_tile, p.max_rank))
+        return out
+
+    def registers(self):
+        regs = [Reg("fn", max(1, (len(self.params.fns) - 1).bit_length()), 0, doc="selected function")]
+        seen = {"fn"}
+        for name in self.params.fns:
+            for r in HW_FUNCTIONS[name].regs:
+                if r.name not in seen:
+                    seen.add(r.name)
+                    regs.append(r)
+        return regs
+
+    def configure(self, op_params, in_types):
+        p, owner = self.params, "Map"
+        f = as_fn(owner, op_params.get("fn"))
+        if f.name not in p.fns:
+            raise ParamError(f"{owner}: function {f.name!r} is not built into this unit (it has {list(p.fns)})")
+        hf = HW_FUNCTIONS[f.name]
+        n = op_params.get("n", 1)
+        if n != hf.arity:
+            raise ParamError(f"{owner}: function {f.name!r} takes {hf.arity} input(s), the node has n={n}")
+        _check_input(owner, "in0", in_types, p.in0_tile, p.max_rank)
+        if hf.arity == 2:
+            _check_input(owner, "in1", in_types, p.in1_tile, p.max_rank)
+        want = f.spec.out_type(f, p.in0_tile, *([p.in1_tile] if hf.arity == 2 else []))
+        if want != p.out_tile:
+            raise ParamError(f"{owner}: {f} produces {want}, but the output port carries {p.out_tile}")
+        values = {"fn": p.fns.index(f.name)}
+        values.update(hf.reg_values(f, p.in0_tile, p.in1_tile if hf.arity == 2 else None))
+        return self.config_image(**values)
+
+    def _folded_matmul(self, m, a, b, out_tile, regs, phase):
+        """``matmul_rows`` output rows per cycle: row group ``phase`` of ``a`` times ``b``; the earlier
+        groups are kept in ``partial`` and the last one is combinational when the result is registered."""
+        p = self.params
+        g_rows, passes, k_dim = p.matmul_rows, p.matmul_passes, a.cols
+        n_cols = int(out_tile.cols)
+        sub = [Array([a.elems[(g * g_rows + r) * k_dim + k] for g in range(passes)])[phase]
+               for r in range(g_rows) for k in range(k_dim)]
+        a_sub = TileVal(Tile(a.tile.dtype, g_rows, k_dim), sub)
+        group = HW_FUNCTIONS["matmul"].build(m, a_sub, b, Tile(out_tile.dtype, g_rows, n_cols), regs)
+        partial = Signal(self.o.payload.payload.shape(), name="matmul_partial")
+        width = g_rows * n_cols
+        with m.Switch(phase):
+            for g in range(passes - 1):
+                with m.Case(g):
+                    m.d.sync += [partial[g * width + j].eq(v) for j, v in enumerate(group)]
+        return [partial[j] for j in range((passes - 1) * width)] + group
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        self.regs.elaborate(m, self.cfg)
+        regs = self.regs.signals
+        i0, o = self.i0, self.o
+        i1 = self.i1 if p.binary else None
+        out_tile = p.out_tile
+
+        a = TileVal.of(p.in0_tile, i0.payload.payload)
+        b = TileVal.of(p.in1_tile, i1.payload.payload) if i1 is not None else None
+        res = Signal(o.payload.payload.shape(), name="result")
+        use1 = Signal()
+        passes = p.matmul_passes
+        phase = Signal(range(passes), name="matmul_phase") if passes > 1 else None
+        with m.Switch(regs["fn"]):
+            for k, name in enumerate(p.fns):
+                hf = HW_FUNCTIONS[name]
+                with m.Case(k):
+                    if name == "matmul" and passes > 1:
+                        elems = self._folded_matmul(m, a, b, out_tile, regs, phase)
+                    else:
+                        elems = hf.build(m, a, b if hf.arity == 2 else None, out_tile, regs)
+                    m.d.comb += [res[j].eq(v) for j, v in enumerate(elems)]
+                    m.d.comb += use1.eq(hf.arity == 2)
+
+        out_free = ~o.valid | o.ready
+        other = (i1.valid | ~use1) if i1 is not None else Const(1)
+        is_data = ~i0.payload.done & (i0.payload.stop == 0)
+        if phase is not None:
+            # a folded matmul holds its operands for ``passes`` cycles; earlier passes fill ``partial``
+            folding = (regs["fn"] == p.fns.index("matmul")) & is_data & (phase != passes - 1)
+            with m.If(folding & i0.valid & other):
+                m.d.sync += phase.eq(phase + 1)
+            out_free = out_free & ~folding
+        fire = out_free & i0.valid & other
+        m.d.comb += i0.ready.eq(out_free & other)
+        if i1 is not None:
+            m.d.comb += i1.ready.eq(out_free & i0.valid & use1)
+        if phase is not None:
+            with m.If(fire):
+                m.d.sync += phase.eq(0)
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        with m.If(fire):
+            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(i0.payload.stop), o.payload.done.eq(i0.payload.done),
+                         o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
+        return m
+
+
+# =========================================================================== Accum / Scan
+
+@dataclass(frozen=True)
+class AccumParams(StreamParams):
+    """Structural parameters of :class:`Accum` and :class:`Scan`.
+
+    ``rows × cols`` of ``dtype`` is the input element tile; the state (and
+    output) tile is ``state_rows × state_cols`` of ``state_dtype`` (defaults:
+    the element's size; int32 for add/max, the element type for retile_row).
+    ``updates`` lists the supported update functions: ``add``/``max`` (int32
+    state, the element may broadcast a side of size 1) or ``retile_row``
+    (state ``[R, C]`` of ``[r, C]`` rows, ``r`` divides ``R``; not both kinds).
+    """
+
+    updates: tuple = ("add",)
+    state_rows: int | None = None
+    state_cols: int | None = None
+    state_dtype: str | None = None
+
+    def validate(self):
+        super().validate()
+        _int_dtype(self.owner, "dtype", self.dtype)
+        for k in ("state_rows", "state_cols"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ParamError(f"{self.owner}: {k} must be an integer >= 1, got {v!r}")
+        if self.state_dtype is not None:
+            _int_dtype(self.owner, "state_dtype", self.state_dtype)
+        if not isinstance(self.updates, tuple) or not self.updates:
+            raise ParamError(f"{self.owner}: updates must be a non-empty tuple, got {self.updates!r}")
+        for u in self.updates:
+            if u not in UPDATES:
+                raise ParamError(f"{self.owner}: unsupported update function {u!r}; supported: {list(UPDATES)}")
+        if self.retile and len(self.updates) > 1:
+            raise ParamError(f"{self.owner}: retile_row cannot share a unit with {list(self.updates)} "
+                             f"(different state types)")
+        st, el = self.state_tile, self.elem_tile
+        if self.retile:
+            if st.dtype != el.dtype or self.state_cols not in (None, self.cols):
+                raise ParamError(f"{self.owner}: retile_row packs [{self.rows}, {self.cols}] {self.dtype} rows "
+                                 f"into a state of the same type and width, got {st}")
+            if st.rows % self.rows:
+                raise ParamError(f"{self.owner}: retile_row needs state_rows ({st.rows}) to be a multiple "
+                                 f"of the element rows ({self.rows})")
+        else:
+            for u in self.updates:
+                f = make_fn(u)
+                try:
+                    f.spec.accum_type(f, st, el, 1)
+                except StepTypeError as exc:
+                    raise ParamError(f"{self.owner}: update {u!r} cannot run on state {st} and element {el}: "
+                                     f"{exc}") from None
+
+    @property
+    def retile(self) -> bool:
+        return "retile_row" in self.updates
+
+    @property
+    def elem_tile(self) -> Tile:
+        return Tile(self.dtype, self.rows, self.cols)
+
+    @property
+    def state_tile(self) -> Tile:
+        dt = self.state_dtype or (self.dtype if self.retile else "int32")
+        return Tile(dt, self.state_rows or self.rows, self.state_cols or self.cols)
+
+
+class _Reduce(StepUnit):
+    """Shared configuration of Accum and Scan."""
+
+    def __init__(self, params: AccumParams):
+        if not isinstance(params, AccumParams):
+            _reject(self, ParamError(f"{type(self).__name__}: params must be AccumParams, "
+                                     f"got {type(params).__name__}"))
+        super().__init__(params)
+
+    def formats(self):
+        p = self.params
+        return {"i": (False, _fmt(p.elem_tile, p.max_rank)), "o": (True, _fmt(p.state_tile, p.max_rank))}
+
+    def registers(self):
+        p = self.params
+        bits = self.fmt("i").stop_bits
+        return [Reg("rank", bits, 1, doc="rank b >= 1 of the reduced chunks"),
+                Reg("update", max(1, (len(p.updates) - 1).bit_length()), 0, doc="selected update function"),
+                Reg("lowest", 1, 0, doc="init: 0 zeros, 1 the state type's lowest value")]
+
+    def configure(self, op_params, in_types):
+        p, owner = self.params, type(self).__name__
+        upd = as_fn(owner, op_params.get("update"))
+        init = as_fn(owner, op_params.get("init"))
+        b = op_params.get("rank", 1)
+        if upd.name not in p.updates:
+            raise ParamError(f"{owner}: update {upd.name!r} is not built into this unit (it has {list(p.updates)})")
+        if init.name not in ("zeros", "lowest"):
+            raise ParamError(f"{owner}: init {init.name!r} is not supported (zeros, lowest)")
+        st = _check_input(owner, "in", in_types, p.elem_tile, p.max_rank)
+        if not isinstance(b, int) or not 1 <= b <= st.rank:
+            raise ParamError(f"{owner}: rank must be in 1..{st.rank} (the input rank), got {b!r}")
+        state = p.state_tile
+        if make_dtype(init.param("dtype")) != state.dtype:
+            raise ParamError(f"{owner}: init {init} has type {init.param('dtype')}, the state is {state}")
+        rows, cols = init.param("rows"), init.param("cols")
+        if p.retile:
+            if dims_equal(rows, 0) is not True:
+                raise ParamError(f"{owner}: retile_row needs an init with 0 rows, got {init}")
+            count = 1
+            for d in st.shape[-b:]:
+                count = count * d
+            if dims_equal(count * p.rows, state.rows) is False:
+                raise ParamError(f"{owner}: retile_row of {count} x {p.rows} rows does not fill the "
+                                 f"{state.rows}-row state tile")
+        else:
+            for d, want in ((rows, state.rows), (cols, state.cols)):
+                if dims_equal(d, want) is False:
+                    raise ParamError(f"{owner}: init {init} does not match the state tile {state}")
+        return self.config_image(rank=b, update=p.updates.index(upd.name), lowest=int(init.name == "lowest"))
+
+    # ---- shared hardware
+    def _state_logic(self, m):
+        """(state, fresh, current, next_on_data, row counter or None)."""
+        p = self.params
+        regs = self.regs.signals
+        st_tile, el_tile = p.state_tile, p.elem_tile
+        lay = self.o.payload.payload.shape()
+        state = Signal(lay, name="state")
+        fresh = Signal(init=1)  # the state holds nothing yet: its value is the init tile
+        n_el = int(st_tile.rows) * int(st_tile.cols)
+        low = st_tile.dtype.min
+        init_tile = Signal(lay, name="init_tile")
+        m.d.comb += [init_tile[k].eq(Mux(regs["lowest"], low, 0)) for k in range(n_el)]
+        cur = Signal(lay, name="current")
+        m.d.comb += cur.eq(Mux(fresh, init_tile.as_value(), state.as_value()))
+        nxt = Signal(lay, name="next_state")
+        x = TileVal.of(el_tile, self.i.payload.payload)
+        cnt = None
+        if p.retile:
+            blocks = int(st_tile.rows) // p.rows
+            cnt = Signal(range(blocks + 1), name="row_block")
+            base = Signal(lay, name="base")
+            m.d.comb += base.eq(Mux(fresh, 0, state.as_value()))
+            m.d.comb += nxt.eq(base.as_value())
+            width = p.rows * p.cols
+            with m.Switch(cnt):
+                for j in range(blocks):
+                    with m.Case(j):
+                        m.d.comb += [nxt[j * width + k].eq(x.elems[k]) for k in range(width)]
+        else:
+            s = TileVal.of(st_tile, cur)
+            with m.Switch(regs["update"]):
+                for k, u in enumerate(p.updates):
+                    with m.Case(k):
+                        m.d.comb += [nxt[j].eq(v) for j, v in enumerate(update_elems(u, s, x))]
+        return state, fresh, cur, nxt, cnt
+
+
+class Accum(_Reduce):
+    """STeP Accum: reduce each rank-``b`` chunk of ``i`` to one state tile on ``o``.
+
+    Updates (register ``update``): ``add``/``max`` in int32 (wrapping add), or
+    ``retile_row``, which writes the ``[r, C]`` element at row ``r·count`` of a
+    ``[R, C]`` state (rows never written stay zero; writes beyond ``R`` are
+    dropped). Init (register ``lowest``): zeros or the lowest int32.
+    A data token updates the state; ``S_k`` with ``k < b`` is dropped; at
+    ``S_k`` with ``k >= b`` the state is emitted, then ``S_(k-b)`` if ``k > b``
+    (the input is stalled one cycle for the second output); done passes.
+
+    Latency 1 (registered output), II 1 (2 cycles for a stop ``S_k``, ``k > b``).
+    Combinational: ``i.ready`` from ``o.ready`` (and the input's stop level);
+    data and valid are registered. One adder/comparator per state element.
+    """
+
+    kind = "Accum"
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        b = self.regs["rank"]
+        i, o = self.i, self.o
+        state, fresh, cur, nxt, cnt = self._state_logic(m)
+        k = i.payload.stop
+        is_data = ~i.payload.done & (k == 0)
+        drop = ~i.payload.done & (k != 0) & (k < b)
+        close = ~i.payload.done & (k != 0) & (k >= b)
+        pend = Signal(len(k), name="pending_stop")
+        out_free = ~o.valid | o.ready
+
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        with m.If(pend != 0):
+            with m.If(out_free):
+                m.d.sync += [o.valid.eq(1), o.payload.payload.eq(0), o.payload.stop.eq(pend),
+                             o.payload.done.eq(0), pend.eq(0)]
+        with m.Else():
+            m.d.comb += i.ready.eq(is_data | drop | out_free)
+            with m.If(i.valid & is_data):
+                m.d.sync += [state.eq(nxt), fresh.eq(0)]
+                if cnt is not None:
+                    blocks = int(self.params.state_tile.rows) // self.params.rows
+                    with m.If(cnt < blocks):
+                        m.d.sync += cnt.eq(cnt + 1)
+            with m.If(i.valid & out_free & (close | i.payload.done)):
+                m.d.sync += [o.valid.eq(1), o.payload.done.eq(i.payload.done), o.payload.stop.eq(0),
+                             o.payload.payload.eq(Mux(i.payload.done, 0, cur.as_value())), fresh.eq(1)]
+                if cnt is not None:
+                    m.d.sync += cnt.eq(0)
+                with m.If(close & (k > b)):
+                    m.d.sync += pend.eq(k - b)
+        return m
+
+
+class Scan(_Reduce):
+    """STeP Scan: emit the running state after every element of ``i``; stops pass through.
+
+    Updates ``add``/``max`` (int32; ``retile_row`` is not supported: its state
+    grows). The state restarts from init (zeros or lowest) after a stop
+    ``S_k`` with ``k >= b`` (register ``rank``).
+
+    Latency 1 (registered output), II 1. Combinational: ``i.ready`` from
+    ``o.ready``; data and valid are registered. One adder/comparator per
+    state element.
+    """
+
+    kind = "Scan"
+
+    def __init__(self, params: AccumParams):
+        if isinstance(params, AccumParams) and params.retile:
+            _reject(self, ParamError("Scan: retile_row is not supported (the state tile grows per element)"))
+        super().__init__(params)
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        b = self.regs["rank"]
+        i, o = self.i, self.o
+        state, fresh, cur, nxt, _ = self._state_logic(m)
+        k = i.payload.stop
+        is_data = ~i.payload.done & (k == 0)
+        out_free = ~o.valid | o.ready
+        m.d.comb += i.ready.eq(out_free)
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        with m.If(i.valid & out_free):
+            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(k), o.payload.done.eq(i.payload.done),
+                         o.payload.payload.eq(Mux(is_data, nxt.as_value(), 0))]
+            with m.If(is_data):
+                m.d.sync += [state.eq(nxt), fresh.eq(0)]
+            with m.Elif(i.payload.done | (k >= b)):
+                m.d.sync += fresh.eq(1)
+        return m
+
+
+# =========================================================================== FlatMap
+
+FLATMAP_FNS = ("retile_streamify", "range")
+
+
+@dataclass(frozen=True)
+class FlatMapParams(StreamParams):
+    """Structural parameters of :class:`FlatMap`: the input tile and the function.
+
+    ``retile_streamify``: ``[R, C]`` tiles of any integer type -> ``[1, C]`` rows.
+    ``range``: int32 ``[1, 2]`` (start, count) tiles, or ``[1, 1]`` starts with a
+    static count (register) -> ``[1, 1]`` int32 indices. ``max_rank`` bounds
+    the output stops (input rank + 1).
+    """
+
+    fn: str = "retile_streamify"
+
+    def validate(self):
+        super().validate()
+        _int_dtype(self.owner, "dtype", self.dtype)
+        if self.fn not in FLATMAP_FNS:
+            raise ParamError(f"{self.owner}: unsupported function {self.fn!r}; supported: {list(FLATMAP_FNS)}")
+        if self.max_rank < 1:
+            raise ParamError(f"{self.owner}: max_rank must be >= 1 (FlatMap adds a dimension)")
+        if self.fn == "range" and (self.rows != 1 or self.cols not in (1, 2)):
+            raise ParamError(f"{self.owner}: range takes [1, 2] (start, count) or [1, 1] start tiles, "
+                             f"got [{self.rows}, {self.cols}]")
+
+    @property
+    def in_tile(self) -> Tile:
+        return Tile(self.dtype, self.rows, self.cols)
+
+    @property
+    def out_tile(self) -> Tile:
+        if self.fn == "range":
+            return Tile("int32", 1, 1)
+        return Tile(self.dtype, 1, self.cols)
+
+
+class FlatMap(StepUnit):
+    """STeP FlatMap with ``retile_streamify`` or ``range`` (one block level, q = 1).
+
+    Each data token expands into its sub-stream (rows of the tile; or indices
+    ``start + step·j``, ``j < count``, a count ``<= 0`` gives an empty block)
+    closed by a block end ``S_1``; an input stop ``S_k`` becomes ``S_(k+1)``.
+    Block ends go through a :class:`StopMerger` (eager when the input has rank
+    0, register ``eager``), so ``S_1`` merges with a following outer stop.
+
+    Registers: ``eager``; for range ``step`` (int32) and, with ``[1, 1]``
+    starts, ``count``.
+
+    Latency 0 (the merger's output is combinational from the input); II: one
+    cycle per output row/index plus one for the block end (``R + 1`` cycles per
+    tile for retile_streamify, ``count + 1`` for range). Combinational: data and
+    valid from the input (through the merger), ready from ``o.ready``;
+    ``o.valid`` never depends on ``o.ready``.
+    """
+
+    kind = "FlatMap"
+
+    def __init__(self, params: FlatMapParams):
+        if not isinstance(params, FlatMapParams):
+            _reject(self, ParamError(f"FlatMap: params must be FlatMapParams, got {type(params).__name__}"))
+        super().__init__(params)
+
+    def formats(self):
+        p = self.params
+        return {"i": (False, _fmt(p.in_tile, p.max_rank)), "o": (True, _fmt(p.out_tile, p.max_rank))}
+
+    def registers(self):
+        regs = [Reg("eager", 1, 0, doc="the input has rank 0: send block ends at once")]
+        if self.params.fn == "range":
+            regs.append(Reg("step", 32, 1, signed=True, doc="range: index step"))
+            if self.params.cols == 1:
+                regs.append(Reg("count", 32, 0, doc="range: static count"))
+        return regs
+
+    def configure(self, op_params, in_types):
+        p, owner = self.params, "FlatMap"
+        f = as_fn(owner, op_params.get("fn"))
+        if f.name != p.fn:
+            raise ParamError(f"{owner}: this unit is built for {p.fn!r}, the node uses {f.name!r}")
+        st = _check_input(owner, "in", in_types, p.in_tile, p.max_rank - 1)
+        values = {"eager": int(st.rank == 0)}
+        if p.fn == "range":
+            step = int(f.param("step"))
+            values["step"] = step
+            count = f.param("count")
+            if (count is None) != (p.cols == 2):
+                raise ParamError(f"{owner}: range with count={count!r} does not fit [1, {p.cols}] input tiles")
+            if count is not None:
+                values["count"] = int(count)
+        return self.config_image(**values)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        self.regs.elaborate(m, self.cfg)
+        fmt_o = self.fmt("o")
+        m.submodules.merger = mg = StopMerger(fmt_o)
+        ev = mg.i.payload
+        i = self.i
+        m.d.comb += [self.o.payload.eq(mg.o.payload), self.o.valid.eq(mg.o.valid), mg.o.ready.eq(self.o.ready)]
+
+        k = i.payload.stop
+        is_data = ~i.payload.done & (k == 0)
+        elems = [i.payload.payload[j] for j in range(p.rows * p.cols)]
+        if p.fn == "retile_streamify":
+            idx = Signal(range(p.rows + 1), name="row")
+            more = idx < p.rows
+            rows = Array([Cat(*elems[r * p.cols:(r + 1) * p.cols]) for r in range(p.rows)])
+            value = rows[idx[:max(1, (p.rows - 1).bit_length())] if p.rows > 1 else 0]
+        else:
+            idx = Signal(32, name="index")
+            start = elems[0].as_signed()
+            count = elems[1].as_signed() if p.cols == 2 else self.regs["count"]
+            if p.cols == 2:
+                more = (count > 0) & (idx < count.as_unsigned())
+            else:
+                more = idx < count
+            acc = Signal(32, name="offset")
+            value = (start + acc)[:32]
+
+        m.d.comb += [mg.i.valid.eq(i.valid), ev.eager.eq(self.regs["eager"])]
+        with m.If(is_data):
+            with m.If(more):
+                m.d.comb += [ev.payload.eq(value), ev.stop.eq(0), ev.done.eq(0), ev.end.eq(0)]
+                with m.If(i.valid & mg.i.ready):
+                    m.d.sync += idx.eq(idx + 1)
+                    if p.fn == "range":
+                        m.d.sync += acc.eq(acc + self.regs["step"])
+            with m.Else():
+                m.d.comb += [ev.payload.eq(0), ev.stop.eq(1), ev.done.eq(0), ev.end.eq(1),
+                             i.ready.eq(mg.i.ready)]
+                with m.If(i.valid & mg.i.ready):
+                    m.d.sync += idx.eq(0)
+                    if p.fn == "range":
+                        m.d.sync += acc.eq(0)
+        with m.Else():
+            m.d.comb += [ev.payload.eq(0), ev.stop.eq(Mux(i.payload.done, 0, k + 1)), ev.done.eq(i.payload.done),
+                         ev.end.eq(0), i.ready.eq(mg.i.ready)]
+        return m
