@@ -12,7 +12,8 @@ sink, check the outputs against the reference interpreter, and report
 
     python bench/units.py [--tiles 4 16] [--backend verilator] [--tokens 400] [--json out.json]
 
-Units whose claimed II is 1 must reach >= 0.99 tokens per cycle.
+Every unit must reach 0.99 of its claimed rate (units that claim II 1: >= 0.99
+tokens per cycle).
 """
 
 from __future__ import annotations
@@ -66,18 +67,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     names = args.units or [n for n, e in CATALOG.items() if e.stimulus is not None]
     records = []
-    print(f"{'unit':22s} {'tile':>6s} {'latency':>8s} {'claimed II':>10s} {'tokens/cycle':>12s} {'match':>6s} "
+    print(f"{'unit':26s} {'tile':>6s} {'latency':>8s} {'claimed II':>10s} {'tokens/cycle':>12s} {'match':>6s} "
           f"{'wall s':>7s}")
     for tile in args.tiles:
         for name in names:
             entry = CATALOG[name]
-            print(f"{name:22s} {tile:>3d}x{tile:<2d} ", end="", flush=True, file=sys.stdout)
+            print(f"{name:26s} {tile:>3d}x{tile:<2d} ", end="", flush=True, file=sys.stdout)
             rec = measure(entry, tile, args.dtype, args.backend, args.tokens)
             records.append(rec)
             print(f"{rec['latency']!s:>8s} {rec['claimed_ii']:>10.2f} {rec['tokens_per_cycle']:>12.4f} "
                   f"{'yes' if rec['outputs_match'] else 'NO':>6s} {rec['wall_s']:>7.1f}")
-    bad = [r for r in records if not r["outputs_match"]
-           or (r["claimed_ii"] == 1 and r["tokens_per_cycle"] < 0.99)]
+    # a unit meets its claim with >= 0.99 of the claimed rate (tokens per cycle = 1 / II)
+    bad = [r for r in records if not r["outputs_match"] or r["tokens_per_cycle"] < 0.99 / r["claimed_ii"]]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

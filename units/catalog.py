@@ -255,3 +255,44 @@ for _e in _memory_entries():
 
 def entries(family: str | None = None) -> list[Entry]:
     return [e for e in CATALOG.values() if family is None or e.family == family]
+
+
+def _compute_entries():
+    from step_hdl.functions import fn
+
+    from .compute import Accum, AccumParams, FlatMap, FlatMapParams, Map, MapParams, Scan
+
+    def binary(name):
+        def stim(unit, n):
+            p = unit.params
+            return "Map", {"in0": _rank0(p.rows, p.cols, p.dtype, n, 1),
+                           "in1": _rank0(p.rows, p.cols, p.dtype, n, 2)}, {"fn": fn(name), "n": 2}
+        return stim
+
+    def reduce_(kind):
+        def stim(unit, n):
+            p = unit.params
+            st, toks = tiles_stream(p.rows, p.cols, p.dtype, n, inner=8)
+            return kind, {"in": (st, toks)}, {"update": fn("add"), "rank": 1,
+                                              "init": fn("zeros", rows=p.rows, cols=p.cols, dtype="int32")}
+        return stim
+
+    def flatmap(unit, n):
+        p = unit.params
+        return "FlatMap", {"in": _rank0(p.rows, p.cols, p.dtype, max(1, n // (p.rows + 1)))}, \
+            {"fn": fn("retile_streamify")}
+
+    yield Entry("Map[matmul]", lambda r, c, d: Map(MapParams(r, c, d, 3, fns=("matmul",))), binary("matmul"),
+                family="compute")
+    yield Entry("Map[add]", lambda r, c, d: Map(MapParams(r, c, d, 3, fns=("add",))), binary("add"),
+                family="compute")
+    # the accumulator emits its state at each closing stop: 8 elements in, 1 tile out
+    yield Entry("Accum[add]", lambda r, c, d: Accum(AccumParams(r, c, d, 3)), reduce_("Accum"),
+                family="compute", claimed_ii=9.0)
+    yield Entry("Scan[add]", lambda r, c, d: Scan(AccumParams(r, c, d, 3)), reduce_("Scan"), family="compute")
+    yield Entry("FlatMap[retile_streamify]", lambda r, c, d: FlatMap(FlatMapParams(r, c, d, 3)), flatmap,
+                family="compute")
+
+
+for _e in _compute_entries():
+    register(_e)
