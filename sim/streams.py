@@ -162,8 +162,8 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
             sim.run()
     else:
         sim.run()
+    cfg = len(sc.config)   # cycles spent on configuration writes do not count (as under cocotb)
     if timing is not None:
-        cfg = len(sc.config)
         timing["first_in"] = (first_in[0] - cfg) if first_in else None
         timing["out_cycles"] = {p: [c - cfg for c in v] for p, v in when.items()}
-    return results, cycles[0]
+    return results, cycles[0] - cfg

@@ -641,7 +641,8 @@ class Range(FnSpec):
     def apply(self, f, a):
         vals = [int(v) for v in a.reshape(-1)]
         start, count = (vals[0], f.param("count")) if f.param("count") is not None else vals
-        return [np.array([[start + f.param("step") * j]], dtype=np.int32) for j in range(count)]
+        # indices wrap at 32 bits, like affine and the hardware's int32 adders
+        return [wrap_int32(np.array([[start + f.param("step") * j]])) for j in range(count)]
 
 
 # --------------------------------------------------------------------------- applying with types
