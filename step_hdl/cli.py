@@ -7,6 +7,9 @@ Commands
     intensity), substituted with the workload's sizes.
 ``step-hdl run <workload> [params] [--seed-schedule N] [--json]``
     Run the reference interpreter and compare the outputs with numpy.
+``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
+    The approximate performance model: cycles, off-chip traffic, bandwidth
+    and compute utilization, busiest nodes (timing-only unless ``--values``).
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json``
@@ -100,6 +103,33 @@ def cmd_run(args) -> int:
     return 0 if not bad else 1
 
 
+def cmd_model(args) -> int:
+    from .sim.model import DRAM_PRESETS, ModelParams, simulate
+    w = build(args.workload, args)
+    dt = w.dtype.name if w.dtype.name in ("int8", "int16", "int32", "fp32", "bf16") else "int16"
+    params = ModelParams(tile=args.phys_tile, dtype=dt, dram=DRAM_PRESETS[args.dram])
+    t0 = time.perf_counter()
+    res = simulate(w.graph, params, w.tensors, w.streams, timing_only=not args.values)
+    wall = time.perf_counter() - t0
+    report = {"workload": args.workload, "params": _params_of(args), "phys_tile": args.phys_tile, "dram": args.dram,
+              **res.to_dict(), "wall_s": round(wall, 3)}
+    if args.values:
+        bad = w.mismatches(type("R", (), {"memory": res.memory})())
+        report["outputs_match"] = not bad
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{args.workload}: {res.cycles:,} cycles (model, {args.phys_tile}x{args.phys_tile} tiles, DRAM '{args.dram}', "
+          f"{wall:.2f} s)")
+    print(f"  off-chip bytes {res.offchip_bytes:,}, bandwidth utilization {res.bandwidth_utilization:.3f}, "
+          f"matmul utilization {res.compute_utilization:.3f}")
+    if args.values:
+        print(f"  outputs {'match numpy' if report['outputs_match'] else 'DIFFER from numpy'}")
+    busiest = sorted(res.nodes.items(), key=lambda kv: -kv[1]["busy"])[:5]
+    print("  busiest nodes: " + ", ".join(f"{n} ({v['busy']:,} busy)" for n, v in busiest))
+    return 0
+
+
 def cmd_draw(args) -> int:
     w = build(args.workload, args)
     text = w.graph.to_dot()
@@ -138,6 +168,12 @@ def parser() -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy",
                           lambda p: p.add_argument("--seed-schedule", type=int, default=None,
                                                    help="shuffle the process schedule with this seed"))
+    def model_args(p):
+        p.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+        p.add_argument("--dram", default="paper", choices=("paper",), help="DRAM preset (default: paper)")
+        p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
+    _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
+                          model_args)
     for cmd, what, default in (("draw", "Graphviz DOT of a workload's graph", "graph.dot"),
                                ("export", "a workload's graph as JSON", "graph.json")):
         _add_workload_parsers(sub, cmd, what,
@@ -146,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "draw": cmd_draw, "export": cmd_export}
+COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "draw": cmd_draw, "export": cmd_export}
 
 
 def main(argv=None) -> int:
@@ -159,6 +195,9 @@ def main(argv=None) -> int:
     except ValueError as exc:  # workload parameters that do not fit together
         print(f"step-hdl: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

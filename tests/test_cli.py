@@ -57,3 +57,14 @@ def test_console_script_installed():
     out = subprocess.run([sys.executable, "-m", "step_hdl.cli", "metrics", "swiglu", "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["offchip_bytes"] > 0
+
+
+def test_model_command(capsys, routing):
+    routing("mixtral_b64")
+    code, out, _ = run_cli(capsys, "model", "swiglu", "--dtype", "int16", "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["cycles"] > rep["offchip_bytes"] / 256 and rep["phys_tile"] == 16
+    code, out, _ = run_cli(capsys, "model", "moe", "--tiling", "static", "--tile", "8", "--dtype", "int16",
+                           "--phys-tile", "4", "--values", "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["outputs_match"]
