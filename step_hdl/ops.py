@@ -1158,7 +1158,6 @@ class Accum(_Reduce):
                     yield from io.put("out", stop(t.stop - b))
                 state = self.init_state(io)
 
-
     def _run_keep(self, io):
         b, keep = self.p("rank"), self.p("keep")
         states: dict[int, object] = {}
