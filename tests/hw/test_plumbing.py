@@ -119,3 +119,14 @@ def test_verilator_path_always_checked():
     out, cycles = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]},
                                                          {"o": DONE_BIT}, seed=5), "verilator", "merger")
     assert FMT.unpack_all(out["o"]) == reference(events) and cycles > len(events) // 2
+
+
+def test_missing_simulator_is_a_clear_error(monkeypatch):
+    import shutil
+
+    from step_hdl.sim.rtl import RtlError
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RtlError, match="Icarus Verilog \\(iverilog\\) is not installed: apt-get install iverilog"):
+        run_scenario(Queue(FMT.layout, 2), Scenario({"i": [1 << DONE_BIT]}, {"o": DONE_BIT}), "icarus", "q")
+    with pytest.raises(Exception, match="unknown simulation back-end 'xsim'"):
+        run_scenario(Queue(FMT.layout, 2), Scenario({"i": [1 << DONE_BIT]}, {"o": DONE_BIT}), "xsim", "q")
