@@ -25,7 +25,7 @@ import time
 
 from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
-from step_hdl.units.base import hw_port, lang_port
+from step_hdl.units.base import lang_port
 from step_hdl.units.catalog import CATALOG
 
 
@@ -34,8 +34,8 @@ def measure(entry, tile: int, dtype: str, backend: str, n: int) -> dict:
     kind, inputs, op_params, *rest = entry.stimulus(unit, n)
     extra = rest[0] if rest else {}
     expected = entry.run_reference(kind, inputs, op_params, extra)
-    packed = {hw_port(p, False): unit.fmt(hw_port(p, False)).pack_all(t) for p, (_, t) in inputs.items()}
-    outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
+    packed = unit.pack_inputs(inputs)
+    outs = unit.output_done_bits()
     component, config = entry.component(unit, op_params, inputs, extra)
     timing: dict = {}
     t0 = time.perf_counter()

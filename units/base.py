@@ -80,3 +80,11 @@ class StepUnit(wiring.Component):
 
     def fmt(self, port: str) -> TokenFormat:
         return self.fmts[port][1]
+
+    def pack_inputs(self, inputs: dict) -> dict[str, list[int]]:
+        """Packed tokens per hardware input port from ``{language port: (StreamType, tokens)}``."""
+        return {hw_port(p, False): self.fmt(hw_port(p, False)).pack_all(toks) for p, (_, toks) in inputs.items()}
+
+    def output_done_bits(self) -> dict[str, int]:
+        """Every output port with the bit index of its done flag (what a Scenario collects)."""
+        return {p: f.done_bit for p, (is_out, f) in self.fmts.items() if is_out}

@@ -196,6 +196,11 @@ class TokenFormat:
         return self.payload.width + self.stop_bits + 1
 
     @property
+    def done_bit(self) -> int:
+        """Bit index of the done flag in a packed token."""
+        return self.payload.width + self.stop_bits
+
+    @property
     def layout(self) -> data.StructLayout:
         return data.StructLayout({"payload": self.payload.layout(), "stop": unsigned(self.stop_bits),
                                   "done": unsigned(1)})
@@ -204,11 +209,11 @@ class TokenFormat:
         if tok.stop > self.max_rank:
             raise ValueError(f"stop S{tok.stop} exceeds max_rank {self.max_rank}")
         p = self.payload.pack(tok.payload) if tok.is_data else 0
-        return p | (tok.stop << self.payload.width) | (int(tok.done) << (self.payload.width + self.stop_bits))
+        return p | (tok.stop << self.payload.width) | (int(tok.done) << self.done_bit)
 
     def unpack(self, value: int) -> Token:
         pw = self.payload.width
-        done = (value >> (pw + self.stop_bits)) & 1
+        done = (value >> self.done_bit) & 1
         if done:
             return DONE
         level = (value >> pw) & ((1 << self.stop_bits) - 1)

@@ -6,7 +6,7 @@ from step_hdl.interp import run_operator
 from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
 from step_hdl.token import format_tokens
-from step_hdl.units.base import hw_port, lang_port
+from step_hdl.units.base import lang_port
 
 SEEDS = (0, 1, 2)
 
@@ -22,11 +22,8 @@ def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int]
     expected = run_operator(kind, inputs, tensors=tensors, declare=declare, **op_params)
     if config is None:  # what the mapper would write for this node
         config = unit.configure(op_params, {port: st for port, (st, _) in inputs.items()})
-    packed = {}
-    for port, (_, toks) in inputs.items():
-        hp = hw_port(port, output=False)
-        packed[hp] = unit.fmt(hp).pack_all(toks)
-    outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
+    packed = unit.pack_inputs(inputs)
+    outs = unit.output_done_bits()
     cycles = []
     for seed in seeds:
         sc = Scenario(packed, outs, config, seed=seed, p_gap=p_gap, p_drop=p_drop)

@@ -13,7 +13,7 @@ from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
 from step_hdl.token import data, encode, format_tokens
 from step_hdl.types import Ragged
-from step_hdl.units.base import hw_port, lang_port
+from step_hdl.units.base import lang_port
 from step_hdl.units.layout import tile_format
 from step_hdl.units.memory import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams,
                                    OnChipBuffer, OnChipBufferParams,
@@ -51,12 +51,12 @@ def check_mem_unit(unit, kind, inputs, op_params, backend, name, store=False, se
     tensor = op_params["tensor"]
     expected = run_operator(kind, inputs, tensors=TENSORS, declare=DECLARE, **op_params)
     config = unit.configure(op_params, {p: st for p, (st, _) in inputs.items()}, tensor_addr=ADDR[tensor])
-    packed = {hw_port(p, False): unit.fmt(hw_port(p, False)).pack_all(t) for p, (_, t) in inputs.items()}
-    outs = {p: f.payload.width + f.stop_bits for p, (is_out, f) in unit.fmts.items() if is_out}
+    packed = unit.pack_inputs(inputs)
+    outs = unit.output_done_bits()
     mem = SimMemory(unit.params.port, DEPTH, IMAGE, max_inflight=4)
     top = MemoryHarness(unit, mem, dump_words=DEPTH if store else 0, dump_format=TILE)
     if store:
-        outs["o_mem"] = top.dump_format.payload.width + top.dump_format.stop_bits
+        outs["o_mem"] = top.dump_format.done_bit
     cycles = []
     for seed in seeds:
         lat, jit = MEM_TIMING[seed]
