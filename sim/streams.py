@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from .stalls import Stalls
 

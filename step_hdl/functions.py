@@ -30,7 +30,7 @@ import numpy as np
 import sympy
 
 from .errors import StepTypeError
-from .types import DType, Index, Selector, Tile, TupleType, as_dim, dim_str, dims_equal, dtype, dyn
+from .types import DType, Index, Selector, Tile, as_dim, dim_str, dims_equal, dtype
 
 INT32 = dtype("int32")
 
@@ -713,9 +713,5 @@ def apply_typed(f: Fn, out: Tile, *xs):
     return y
 
 
-def tuple_of(*types) -> TupleType:
-    return TupleType(tuple(types))
-
-
 __all__ = ["Fn", "fn", "fn_from_json", "FUNCTIONS", "FnSpec", "apply_typed", "ShapeOnly", "wrap_int32", "saturate",
-           "round_bf16", "cast", "silu_fixed", "exp_fixed", "dyn"]
+           "round_bf16", "cast", "silu_fixed", "exp_fixed"]

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import sympy
 
-from .errors import StepError, StepGraphError, StepTypeError
+from .errors import StepGraphError, StepTypeError
 from .functions import Fn, fn as make_fn
 from .ops import OPS, Feedback, Op, StreamRef
-from .types import DType, StreamType, as_dim, dim_str, dtype as make_dtype, parse_dim
+from .types import DType, StreamType, as_dim, dim_str, dtype as make_dtype
 
 
 @dataclass(frozen=True)

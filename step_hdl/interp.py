@@ -18,12 +18,10 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
-import sympy
 
 from .errors import StepDeadlockError, StepRuntimeError, where
 from .graph import Graph
 from .process import Channel, Ports
-from .token import Token, format_tokens
 from .types import dyn
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import sympy
 
 from .graph import Graph
-from .types import Ragged, dyn, ragged_max, ragged_total, to_max
+from .types import Ragged, ragged_max, ragged_total, to_max
 
 
 @dataclass
@@ -161,4 +161,4 @@ def _symbolic_tile(t) -> bool:
     return isinstance(t, Tile) and not (t.rows.is_Integer and t.cols.is_Integer)
 
 
-__all__ = ["Metrics", "NodeMetrics", "metrics", "observed_symbols", "dyn"]
+__all__ = ["Metrics", "NodeMetrics", "metrics", "observed_symbols"]

@@ -14,7 +14,6 @@ plus ``sel`` for EagerMerge and ``pad`` for a padding Reshape.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +24,7 @@ from .functions import Fn, apply_typed, fn as make_fn, fn_from_json
 from .process import Emitter, Ports, emit_block
 from .token import DONE, data, stop
 from .types import (BufferRef, Index, Selector, StreamType, Tile, TupleType, as_dim, dim_str, dims_equal,
-                    dyn, elements_of, is_static, parse_dim, ragged, sum_over, type_from_json, type_to_json)
+                    dyn, elements_of, is_static, ragged, sum_over, type_from_json, type_to_json)
 
 ZERO = sympy.Integer(0)
 

@@ -18,7 +18,6 @@ start failing loudly (XPASS) once the library is fixed, so the mark must then go
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from typing import Callable
 

@@ -1,6 +1,5 @@
 """GQA decode over real KV-length traces, three parallelization strategies."""
 
-import numpy as np
 import pytest
 
 from step_hdl.metrics import metrics, observed_symbols

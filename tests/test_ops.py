@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import sympy
 
-from step_hdl import Selector, StreamType, Tile, dyn, fn
+from step_hdl import Selector, dyn, fn
 from step_hdl.interp import run_operator
 from step_hdl.types import Ragged
 
-from helpers import i, ints, sels, text, tiles, toks
+from helpers import ints, sels, text, tiles, toks
 
 N = dyn("N")
 L = Ragged("L", integer=True, nonnegative=True)

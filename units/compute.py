@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 
 from step_hdl.errors import StepTypeError
 from step_hdl.functions import fn as make_fn

@@ -29,7 +29,7 @@ side of size 1 of either operand is repeated along that side.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Array, Const, Mux, Signal, Value, signed
 
 from step_hdl.errors import StepTypeError
 from step_hdl.functions import _EXP2_A, _LOG2E_Q14, Fn, fn as make_fn
