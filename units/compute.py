@@ -14,6 +14,8 @@ Map                     1        1 (matmul folded: ``M/g``)   the functions' log
                                                               matmul ``M·K·N`` (``g·K·N``) multipliers
 Accum (add/max)         1        1; 2 for ``S_k``, ``k > b``  one 32-bit adder/comparator per element
 Accum (retile_row)      1        1; 2 for ``S_k``, ``k > b``  row-block write enables
+Accum (keep ``q > 0``)  2        1; block end ``n + s + 2``   memory of ``P`` state tiles and ``P`` stop
+                                                              levels (``positions = P``)
 Scan (add/max)          1        1                            one 32-bit adder/comparator per element
 FlatMap                 0        ``R + 1`` / ``count + 1``    StopMerger, 32-bit counter (range)
 ======================  =======  ===========================  ==========================================
@@ -31,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import memory
 
 from step_hdl.errors import StepTypeError
 from step_hdl.functions import fn as make_fn
-from step_hdl.types import StreamType, Tile, dims_equal, dtype as make_dtype
+from step_hdl.types import StreamType, Tile, as_dim, dims_equal, dtype as make_dtype
 
 from .base import StepUnit
 from .config import Reg
@@ -315,12 +318,16 @@ class AccumParams(StreamParams):
     ``updates`` lists the supported update functions: ``add``/``max`` (int32
     state, the element may broadcast a side of size 1) or ``retile_row``
     (state ``[R, C]`` of ``[r, C]`` rows, ``r`` divides ``R``; not both kinds).
+    ``positions`` (Accum with add/max only) is the most kept positions the
+    unit holds for ``keep > 0``: a memory of that many state tiles; 0 (the
+    default) builds no keep hardware.
     """
 
     updates: tuple = ("add",)
     state_rows: int | None = None
     state_cols: int | None = None
     state_dtype: str | None = None
+    positions: int = 0
 
     def validate(self):
         super().validate()
@@ -339,6 +346,11 @@ class AccumParams(StreamParams):
         if self.retile and len(self.updates) > 1:
             raise ParamError(f"{self.owner}: retile_row cannot share a unit with {list(self.updates)} "
                              f"(different state types)")
+        if isinstance(self.positions, bool) or not isinstance(self.positions, int) or self.positions < 0:
+            raise ParamError(f"{self.owner}: positions must be an integer >= 0, got {self.positions!r}")
+        if self.positions and self.retile:
+            raise ParamError(f"{self.owner}: positions (keep hardware) needs add/max updates, "
+                             f"not retile_row")
         st, el = self.state_tile, self.elem_tile
         if self.retile:
             if st.dtype != el.dtype or self.state_cols not in (None, self.cols):
@@ -386,15 +398,26 @@ class _Reduce(StepUnit):
     def registers(self):
         p = self.params
         bits = self.fmt("i").stop_bits
-        return [Reg("rank", bits, 1, doc="rank b >= 1 of the reduced chunks"),
+        regs = [Reg("rank", bits, 1, doc="rank b >= 1 of the reduced chunks"),
                 Reg("update", max(1, (len(p.updates) - 1).bit_length()), 0, doc="selected update function"),
                 Reg("lowest", 1, 0, doc="init: 0 zeros, 1 the state type's lowest value")]
+        if p.positions:
+            regs.append(Reg("keep", bits, 0, doc="keep q: the innermost q dimensions are kept positions"))
+        return regs
 
     def configure(self, op_params, in_types):
         p, owner = self.params, type(self).__name__
         upd = as_fn(owner, op_params.get("update"))
         init = as_fn(owner, op_params.get("init"))
         b = op_params.get("rank", 1)
+        keep = op_params.get("keep", 0)
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ParamError(f"{owner}: keep must be an integer >= 0, got {keep!r}")
+        if keep and isinstance(self, Scan):
+            raise ParamError(f"{owner}: keep={keep} is not supported (only Accum keeps per-position state)")
+        if keep and not p.positions:
+            raise ParamError(f"{owner}: keep={keep} needs position memory, but this unit has none "
+                             f"(built with positions=0)")
         if upd.name not in p.updates:
             raise ParamError(f"{owner}: update {upd.name!r} is not built into this unit (it has {list(p.updates)})")
         if init.name not in ("zeros", "lowest"):
@@ -402,6 +425,17 @@ class _Reduce(StepUnit):
         st = _check_input(owner, "in", in_types, p.elem_tile, p.max_rank)
         if not isinstance(b, int) or not 1 <= b <= st.rank:
             raise ParamError(f"{owner}: rank must be in 1..{st.rank} (the input rank), got {b!r}")
+        if keep:
+            if b + keep > st.rank:
+                raise ParamError(f"{owner}: rank + keep must be <= the input rank {st.rank}, "
+                                 f"got rank={b}, keep={keep}")
+            need = 1
+            for d in st.shape[len(st.shape) - keep:]:
+                need = need * as_dim(d)
+            if as_dim(need).is_Integer and int(need) > p.positions:
+                raise ParamError(f"{owner}: keep={keep} needs {int(need)} positions (the input's innermost "
+                                 f"dimensions {list(st.shape[len(st.shape) - keep:])}), the unit is built "
+                                 f"with positions={p.positions}")
         state = p.state_tile
         if make_dtype(init.param("dtype")) != state.dtype:
             raise ParamError(f"{owner}: init {init} has type {init.param('dtype')}, the state is {state}")
@@ -419,17 +453,28 @@ class _Reduce(StepUnit):
             for d, want in ((rows, state.rows), (cols, state.cols)):
                 if dims_equal(d, want) is False:
                     raise ParamError(f"{owner}: init {init} does not match the state tile {state}")
-        return self.config_image(rank=b, update=p.updates.index(upd.name), lowest=int(init.name == "lowest"))
+        values = dict(rank=b, update=p.updates.index(upd.name), lowest=int(init.name == "lowest"))
+        if p.positions:
+            values["keep"] = keep
+        return self.config_image(**values)
 
     # ---- shared hardware
-    def _state_logic(self, m):
-        """(state, fresh, current, next_on_data, row counter or None)."""
+    def _state_logic(self, m, stored=None, fresh=None):
+        """(state, fresh, current, next_on_data, row counter or None).
+
+        By default the state is a register (``state``) and ``fresh`` a new flag; with
+        ``stored`` (a value, e.g. a memory's read data) and ``fresh`` given, the current
+        state is ``init`` when ``fresh`` is set, else ``stored`` (``state`` is then ``stored``).
+        """
         p = self.params
         regs = self.regs.signals
         st_tile, el_tile = p.state_tile, p.elem_tile
         lay = self.o.payload.payload.shape()
-        state = Signal(lay, name="state")
-        fresh = Signal(init=1)  # the state holds nothing yet: its value is the init tile
+        if stored is None:
+            state = Signal(lay, name="state")
+            fresh = Signal(init=1)  # the state holds nothing yet: its value is the init tile
+        else:
+            state = lay(stored)
         n_el = int(st_tile.rows) * int(st_tile.cols)
         low = st_tile.dtype.min
         init_tile = Signal(lay, name="init_tile")
@@ -473,11 +518,50 @@ class Accum(_Reduce):
     Latency 1 (registered output), II 1 (2 cycles for a stop ``S_k``, ``k > b``).
     Combinational: ``i.ready`` from ``o.ready`` (and the input's stop level);
     data and valid are registered. One adder/comparator per state element.
+
+    **Kept positions** (``params.positions = P > 0``, register ``keep = q``):
+    the innermost ``q`` dimensions are positions, each with its own state in
+    a memory of ``P`` state tiles (``amaranth.lib.memory``: one write port, one
+    synchronous read port transparent to it, so block RAM fits; read address
+    = the next position). A position counter advances per data element and
+    restarts at a stop ``S_k``, ``k >= q`` (a chunk end). In the first chunk
+    of a reduced block each element's state is ``init ⊕ x`` (the memory is
+    not read), in later chunks ``state[p] ⊕ x``; the first chunk also records
+    the inner stop (``1 <= k < q``) that follows each position, in a second
+    memory of ``P`` stop levels. At the block end (``S_k``, ``k >= q + b``)
+    the unit streams every position's state with its recorded inner stops,
+    then ``S_(k-b)`` (the block's ``S_q`` merges into it); done passes. This
+    is the interpreter's token sequence exactly when no element of a kept
+    dimension is empty (always so for static kept dimensions): one inner stop
+    is recorded per position, so a stop before the first position or a second
+    stop in a row (an empty row of a ragged kept dimension) is lost. A chunk
+    with more than ``P`` positions, or later chunks with a different count,
+    are program errors that the hardware does not detect (:meth:`configure`
+    rejects static counts above ``P``).
+    With ``keep = 0`` such a unit is a plain Accum whose state is word 0.
+
+    Keep mode: II 1 for data and stops below the block end (they produce no
+    output, so ``i.ready`` does not wait for ``o.ready``; an update reads the
+    word its position's previous update wrote at least a chunk-end stop
+    earlier; with ``keep = 0`` word 0 is updated on consecutive cycles and the
+    read port's transparency forwards the write). The input is stalled while
+    a block is emitted: a block end costs ``n + s + 2`` cycles for ``n``
+    positions and ``s`` recorded inner stops (one to take it, one per output
+    token with ``o.ready`` high). Latency 2: the block's first state is on
+    ``o`` two cycles after its block end is taken (``keep = 0``: latency 1).
+    Combinational: ``i.ready`` from ``o.ready`` (for done only) and the
+    emission state; the memories' read address from ``i.valid``, ``i``'s
+    stop/done and ``o.ready``; the update from the memory's read data; data
+    and valid on ``o`` are registered.
+    Resources: ``P`` state words (state tile width) and ``P`` stop levels of
+    memory, one adder/comparator per state element (shared by all positions).
     """
 
     kind = "Accum"
 
     def elaborate(self, platform):
+        if self.params.positions:
+            return self._elaborate_keep()
         m = Module()
         self.regs.elaborate(m, self.cfg)
         b = self.regs["rank"]
@@ -513,6 +597,106 @@ class Accum(_Reduce):
                     m.d.sync += pend.eq(k - b)
         return m
 
+    def _elaborate_keep(self):
+        """The unit with position memory (``params.positions > 0``), for any ``keep``."""
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        p = self.params
+        n_pos = p.positions
+        b, keep = self.regs["rank"], self.regs["keep"]
+        i, o = self.i, self.o
+        sb = self.fmt("o").stop_bits
+        width = len(o.payload.payload.as_value())
+
+        m.submodules.states = smem = memory.Memory(shape=unsigned(width), depth=n_pos, init=[])
+        m.submodules.inner_stops = tmem = memory.Memory(shape=unsigned(sb), depth=n_pos, init=[])
+        s_wr = smem.write_port()
+        s_rd = smem.read_port(transparent_for=(s_wr,))
+        t_wr = tmem.write_port()
+        t_rd = tmem.read_port(transparent_for=(t_wr,))
+
+        idx = Signal(range(n_pos + 1), name="position")        # accumulating: position; emitting: output index
+        idx_next = Signal.like(idx, name="position_next")
+        npos = Signal(range(n_pos + 1), name="positions_used")  # positions of the block's first chunk
+        first = Signal(init=1, name="first")   # keep > 0: in the block's first chunk; keep = 0: no data yet
+        emitting = Signal(name="emitting")
+        after = Signal(name="emit_inner_stop")                  # emitting the stop recorded after ``idx``
+        fstop = Signal(sb, name="block_stop")                   # the block's closing stop, lowered by b
+        pend = Signal(sb, name="pending_stop")                  # keep = 0: S_(k-b) after the state
+
+        # the read port sees the next cycle's position: its data is the state at ``idx``
+        m.d.comb += [idx_next.eq(idx), s_rd.addr.eq(idx_next), t_rd.addr.eq(idx_next)]
+        m.d.sync += idx.eq(idx_next)
+        _, _, cur, nxt, _ = self._state_logic(m, stored=s_rd.data, fresh=first)
+        m.d.comb += [s_wr.addr.eq(idx), s_wr.data.eq(nxt.as_value()), t_wr.addr.eq(idx)]
+
+        k, done = i.payload.stop, i.payload.done
+        is_data = ~done & (k == 0)
+        out_free = ~o.valid | o.ready
+        room = idx < n_pos
+
+        def put(payload, stop_level, is_done=0):
+            m.d.sync += [o.valid.eq(1), o.payload.payload.eq(payload), o.payload.stop.eq(stop_level),
+                         o.payload.done.eq(is_done)]
+
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        with m.If(emitting):                      # the input waits; one output token per free cycle
+            with m.If(out_free):
+                with m.If(idx >= npos):
+                    put(0, fstop)
+                    m.d.sync += [emitting.eq(0), first.eq(1)]
+                    m.d.comb += idx_next.eq(0)
+                with m.Elif(after):
+                    put(0, t_rd.data)
+                    m.d.sync += after.eq(0)
+                    m.d.comb += idx_next.eq(idx + 1)
+                with m.Else():
+                    put(s_rd.data, 0)
+                    with m.If(t_rd.data != 0):
+                        m.d.sync += after.eq(1)
+                    with m.Else():
+                        m.d.comb += idx_next.eq(idx + 1)
+        with m.Elif(pend != 0):
+            with m.If(out_free):
+                put(0, pend)
+                m.d.sync += pend.eq(0)
+        with m.Elif(keep != 0):
+            m.d.comb += i.ready.eq(~done | out_free)
+            with m.If(i.valid):
+                with m.If(done):
+                    with m.If(out_free):
+                        put(0, 0, 1)
+                        m.d.sync += first.eq(1)
+                        m.d.comb += idx_next.eq(0)
+                with m.Elif(is_data):
+                    m.d.comb += [s_wr.en.eq(room), t_wr.data.eq(0), t_wr.en.eq(room & first)]
+                    with m.If(room):
+                        m.d.comb += idx_next.eq(idx + 1)
+                with m.Elif(k < keep):            # an inner stop: recorded after the last position
+                    with m.If(first & (idx != 0)):
+                        m.d.comb += [t_wr.addr.eq(idx - 1), t_wr.data.eq(k), t_wr.en.eq(1)]
+                with m.Else():                    # a chunk end
+                    m.d.sync += first.eq(0)
+                    m.d.comb += idx_next.eq(0)
+                    with m.If(first):
+                        m.d.sync += npos.eq(idx)
+                    with m.If(k >= keep + b):     # the block end: emit from the next cycle
+                        m.d.sync += [emitting.eq(1), fstop.eq(k - b)]
+        with m.Else():                            # keep = 0: a plain Accum with its state in word 0
+            drop = ~done & (k != 0) & (k < b)
+            close = ~done & (k != 0) & (k >= b)
+            m.d.comb += [i.ready.eq(is_data | drop | out_free), idx_next.eq(0)]
+            with m.If(i.valid & is_data):
+                m.d.comb += s_wr.en.eq(1)
+                m.d.sync += first.eq(0)
+            with m.If(i.valid & out_free & (close | done)):
+                put(Mux(done, 0, cur.as_value()), 0, done)
+                m.d.sync += first.eq(1)
+                with m.If(close & (k > b)):
+                    m.d.sync += pend.eq(k - b)
+        return m
+
 
 class Scan(_Reduce):
     """STeP Scan: emit the running state after every element of ``i``; stops pass through.
@@ -531,6 +715,9 @@ class Scan(_Reduce):
     def __init__(self, params: AccumParams):
         if isinstance(params, AccumParams) and params.retile:
             _reject(self, ParamError("Scan: retile_row is not supported (the state tile grows per element)"))
+        if isinstance(params, AccumParams) and params.positions:
+            _reject(self, ParamError(f"Scan: positions={params.positions} is not supported "
+                                     f"(only Accum keeps per-position state)"))
         super().__init__(params)
 
     def elaborate(self, platform):

@@ -222,6 +222,144 @@ def test_scan(sim_backend, update, init, shape_key, rank):
     check_unit(unit, "Scan", {"in": (st, toks)}, op, backend=sim_backend)
 
 
+# --------------------------------------------------------------------------- Accum with kept positions
+
+def keep_stream(rng, tile: Tile, struct, shape, **bounds):
+    """A stream of ``tile`` elements with the nested ``struct`` (innermost lengths at the leaves)."""
+    rows, cols = int(tile.rows), int(tile.cols)
+    toks = encode(nested(struct, lambda: rand_tile(rng, rows, cols, tile.dtype.name, **bounds)), len(shape) - 1)
+    return StreamType(tile, tuple(shape)), toks
+
+
+def regular(shape):
+    """The nested structure of a static shape."""
+    struct = shape[-1]
+    for d in reversed(shape[1:-1]):
+        struct = [struct] * d
+    return [struct] * shape[0]
+
+
+def keep_op(update, init, rank, keep, size=2, dt="int32"):
+    return dict(update=update, init=fn(init, rows=size, cols=size, dtype=dt), rank=rank, keep=keep)
+
+
+@pytest.mark.parametrize("shape, rank, keep, positions", [
+    ((3, 4, 2, 3), 1, 2, 6),    # 6 positions (exactly the need), an inner S1 between the kept rows
+    ((3, 4, 2, 3), 1, 2, 8),    # more positions than needed
+    ((2, 5, 4), 1, 1, 4),
+    ((2, 3, 2, 3), 2, 1, 3),    # rank 2: the chunks of a block are S1 and S2 apart
+    ((2, 3, 2, 3), 1, 1, 3),    # block ends S2 and S3 (the S3 merges: S2 out)
+    ((3, 4, 1, 1), 1, 2, 1),    # one position: back-to-back updates of the same memory word
+], ids=str)
+@pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest")])
+def test_accum_keep(sim_backend, shape, rank, keep, positions, update, init):
+    """int16 [2, 2] elements, int32 state per kept position."""
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", updates=("add", "max"), positions=positions,
+                             max_rank=3))
+    inputs = {"in": keep_stream(np.random.default_rng(20), Tile("int16", 2, 2), regular(shape), shape)}
+    check_unit(unit, "Accum", inputs, keep_op(update, init, rank, keep), backend=sim_backend)
+
+
+def test_accum_keep_tiling_shape(sim_backend):
+    """The tiling pass's form: Accum(rank=1, keep=2) over [n, k, 1, c] int32 tiles (one logical row of c tiles)."""
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int32", positions=4, max_rank=3))
+    inputs = {"in": keep_stream(np.random.default_rng(21), Tile("int32", 2, 2), regular((2, 3, 1, 4)),
+                                (2, 3, 1, 4))}
+    check_unit(unit, "Accum", inputs, keep_op("add", "zeros", 1, 2), backend=sim_backend)
+
+
+@pytest.mark.parametrize("struct, shape, rank, keep", [
+    ([[[2, 2], [2, 2]], [], [[2, 2]]], (3, L, 2, M), 1, 2),     # an empty reduced block: only its stop
+    ([[3, 3], [2, 2, 2]], (2, L, M), 1, 1),                     # the kept count differs between blocks
+    ([[[2, 1], [2, 1]], [[3], [3]]], (2, 2, L, M), 1, 2),       # ragged kept rows, the first chunk's stops
+    ([[[2, 0], [2, 0]], [[1, 1]]], (2, L, 2, M), 1, 2),         # an empty last kept row: S1 after a position
+    ([[[2, 2], [2, 2, 2]], [[2]]], (2, L, M, 2), 2, 1),       # ragged rank-2 blocks
+    ([], (0, 2, 2), 1, 1),                                      # the empty stream: done only
+], ids=str)
+def test_accum_keep_ragged(sim_backend, struct, shape, rank, keep):
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int8", updates=("add", "max"), positions=4, max_rank=3))
+    inputs = {"in": keep_stream(np.random.default_rng(22), Tile("int8", 2, 2), struct, shape)}
+    for update, init in (("add", "zeros"), ("max", "lowest")):
+        check_unit(unit, "Accum", inputs, keep_op(update, init, rank, keep), backend=sim_backend)
+
+
+@pytest.mark.parametrize("shape_key, rank", [("rank1", 1), ("rank2", 1), ("rank2", 2)])
+def test_accum_keep_unit_without_keep(sim_backend, shape_key, rank):
+    """keep=0 on a unit with position memory: a plain Accum (state in word 0), empty chunks emit init."""
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", updates=("add", "max"), positions=3, max_rank=2))
+    rng = np.random.default_rng(23)
+    for update, init in (("add", "zeros"), ("max", "lowest")):
+        st, toks = stream(rng, Tile("int16", 2, 2), shape_key)
+        op = dict(update=update, init=fn(init, rows=2, cols=2, dtype="int32"), rank=rank)
+        check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
+
+
+def test_accum_keep_throughput(sim_backend):
+    """No stalls: one cycle per input token, and a block end costs n + s + 2 cycles
+    (n positions, s recorded inner stops)."""
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3))
+    rng = np.random.default_rng(24)
+    fast = dict(backend=sim_backend, seeds=(0,), p_gap=0, p_drop=0)
+    cycles, tokens = {}, {}
+    for shape in ((1, 1, 1, 1), (3, 4, 2, 3)):
+        inputs = {"in": keep_stream(rng, Tile("int16", 2, 2), regular(shape), shape)}
+        tokens[shape] = len(inputs["in"][1])
+        (cycles[shape],) = check_unit(unit, "Accum", inputs, keep_op("add", "zeros", 1, 2), **fast)
+    # [1, 1, 1, 1]: 1 block of 1 position; [3, 4, 2, 3]: 3 blocks of 6 positions and one inner S1 each
+    extra = tokens[(3, 4, 2, 3)] - tokens[(1, 1, 1, 1)] + 3 * (6 + 1 + 1) - (1 + 1)
+    assert cycles[(3, 4, 2, 3)] - cycles[(1, 1, 1, 1)] == extra
+
+
+def test_accum_keep_params():
+    p = AccumParams(rows=2, cols=2, dtype="int16", updates=("add", "max"), positions=16)
+    assert AccumParams.from_json(p.to_json()) == p
+    assert AccumParams.from_json({k: v for k, v in p.to_json().items() if k != "positions"}).positions == 0
+    plain = Accum(AccumParams(rows=2, cols=2, dtype="int16"))
+    keep = Accum(p)
+    assert "keep" not in plain.regs.index and "keep" in keep.regs.index
+    st = StreamType(Tile("int16", 2, 2), (4, L, 2, 2))   # the kept count is static: 4 positions
+    img = keep.configure(keep_op("add", "zeros", 1, 2), {"in": st})
+    assert img == keep.config_image(rank=1, update=0, lowest=0, keep=2)
+    for u in (plain, keep):  # configured only, never simulated
+        u._MustUse__silence = True
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: AccumParams(positions=-1), "AccumParams: positions must be an integer >= 0, got -1"),
+    (lambda: AccumParams(positions=True), "AccumParams: positions must be an integer >= 0, got True"),
+    (lambda: AccumParams(rows=1, updates=("retile_row",), state_rows=4, positions=2),
+     "AccumParams: positions (keep hardware) needs add/max updates, not retile_row"),
+    (lambda: Scan(AccumParams(positions=2)), "Scan: positions=2 is not supported"),
+])
+def test_bad_keep_parameters(make, message):
+    with pytest.raises(ParamError) as exc:
+        make()
+    assert message in str(exc.value)
+
+
+def test_bad_keep_configuration():
+    t = Tile("int16", 2, 2)
+    plain = Accum(AccumParams(rows=2, cols=2, dtype="int16"))
+    keep = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3))
+    scan = Scan(AccumParams(rows=2, cols=2, dtype="int16", max_rank=3))
+    st = {"in": StreamType(t, (3, 4, 2, 3))}
+    with pytest.raises(ParamError, match="Accum: keep=2 needs position memory, but this unit has none"):
+        plain.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (3, 4, 2))})
+    with pytest.raises(ParamError, match="Scan: keep=1 is not supported"):
+        scan.configure(keep_op("add", "zeros", 1, 1), st)
+    with pytest.raises(ParamError, match="keep must be an integer >= 0, got -1"):
+        keep.configure(keep_op("add", "zeros", 1, -1), st)
+    with pytest.raises(ParamError, match="rank \\+ keep must be <= the input rank 3, got rank=2, keep=2"):
+        keep.configure(keep_op("add", "zeros", 2, 2), st)
+    with pytest.raises(ParamError, match="rank \\+ keep must be <= the input rank 2, got rank=1, keep=2"):
+        keep.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (5, 1, 1))})
+    with pytest.raises(ParamError, match="keep=2 needs 8 positions .* built with positions=6"):
+        keep.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (3, 4, 2, 4))})
+    keep.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (3, 4, 2, M))})  # not static: no check
+    for u in (plain, keep, scan):  # configured only, never simulated
+        u._MustUse__silence = True
+
+
 # --------------------------------------------------------------------------- FlatMap
 
 @pytest.mark.parametrize("shape_key", ["rank0", "rank1", "rank2"])
