@@ -1,4 +1,7 @@
-"""Graph-to-fabric mapping (``step_hdl.mapper``): lowering passes, binding, top level, Verilog.
+"""Graph-to-fabric mapping (``step_hdl.mapper``).
 
-Not implemented yet; tracked in its own issue.
+``tiling`` (hierarchical tiling to physical tiles), ``fifo`` (FIFO depths),
+``fabric`` (fabric description), ``binding`` (node -> unit), ``flow`` (the
+checked pass flow), ``top`` (design, configuration image, the top-level
+component), ``emit`` (``step-hdl build``: Verilog, configuration, testbench).
 """

@@ -46,6 +46,17 @@ class Fabric:
         Memory ports of the fabric (off-chip units are arbitrated onto them).
     max_rank : int
         Largest stream rank the units handle.
+    mem_inflight : int
+        Memory requests each off-chip unit keeps in flight (enough to cover the
+        DRAM latency at the unit's share of the bandwidth).
+    matmul_rows : int
+        Output rows a matmul unit computes per cycle; 0 means all (II 1 per tile).
+    accum_positions : int
+        Position states of an Accum with ``keep`` (tiles of on-chip state).
+    max_fifo_depth : int
+        Cap on an edge FIFO; a reconvergent fan-out whose safe depth is larger
+        gets this depth and relies on balanced paths (a deadlock is reported
+        by the simulation's watchdog otherwise).
     """
 
     tile: int = 16
@@ -57,11 +68,16 @@ class Fabric:
     sram_bytes: int = 64 * 1024
     memory_ports: int = 4
     max_rank: int = 4
+    mem_inflight: int = 32
+    matmul_rows: int = 0
+    accum_positions: int = 64
+    max_fifo_depth: int = 64
 
     def __post_init__(self):
         object.__setattr__(self, "units", dict(sorted(self.units.items())))
         object.__setattr__(self, "map_functions", tuple(self.map_functions))
-        for name in ("tile", "fifo_depth", "sram_bytes", "memory_ports", "max_rank"):
+        for name in ("tile", "fifo_depth", "sram_bytes", "memory_ports", "max_rank", "mem_inflight",
+                     "accum_positions", "max_fifo_depth"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise FabricError(f"fabric: {name} must be an integer >= 1, got {v!r}")
@@ -71,6 +87,10 @@ class Fabric:
         for kind, n in self.units.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise FabricError(f"fabric: unit count for {kind!r} must be an integer >= 0, got {n!r}")
+        if isinstance(self.matmul_rows, bool) or not isinstance(self.matmul_rows, int) or self.matmul_rows < 0 \
+                or (self.matmul_rows and self.tile % self.matmul_rows):
+            raise FabricError(f"fabric: matmul_rows must be 0 (all) or divide the tile {self.tile}, "
+                              f"got {self.matmul_rows!r}")
         from step_hdl.functions import FUNCTIONS
         for f in self.map_functions:
             if f not in FUNCTIONS:
@@ -83,7 +103,9 @@ class Fabric:
     def to_json(self) -> dict:
         return {"tile": self.tile, "dtype": self.dtype, "acc_dtype": self.acc_dtype, "units": dict(self.units),
                 "map_functions": list(self.map_functions), "fifo_depth": self.fifo_depth,
-                "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank}
+                "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank,
+                "mem_inflight": self.mem_inflight, "matmul_rows": self.matmul_rows,
+                "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -118,9 +140,78 @@ def needed_units(graph) -> dict[str, int]:
     return need
 
 
-def fabric_for(graph, tile: int, dtype: str = "int16", **overrides) -> Fabric:
-    """The smallest fabric that fits ``graph`` (already lowered to ``tile x tile``)."""
+def _static(expr, bindings, what):
+    import sympy
+    v = sympy.sympify(expr).subs(bindings or {})
+    if not v.is_Integer:
+        raise FabricError(f"{what} is {v}, not a static size; pass bindings for the dynamic sizes")
+    return int(v)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def sram_entries(graph, bindings=None) -> int:
+    """Entries (tiles, and inner stops for non-affine reads) the largest Bufferize holds."""
+    need = 1
+    for node in graph.nodes.values():
+        if node.kind != "Bufferize":
+            continue
+        shape = node.out_types["out"].dtype.shape
+        n = _static(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
+        users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
+        if not any(u.params.get("read_shape") for u in users):
+            n += _static(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
+        need = max(need, n)
+    return need
+
+
+def keep_positions(graph, bindings=None) -> int:
+    """Position states the largest ``Accum(keep=...)`` needs (0 if none)."""
+    need = 0
+    for node in graph.nodes.values():
+        keep = node.params.get("keep") if node.kind == "Accum" else 0
+        if keep:
+            shape = node.t("in").shape
+            need = max(need, _static(sympy_prod(shape[len(shape) - keep:]), bindings,
+                                     f"Accum '{node.name}' positions"))
+    return need
+
+
+def sympy_prod(dims):
+    import sympy
+    return sympy.Mul(*dims) if dims else sympy.Integer(1)
+
+
+def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **overrides) -> Fabric:
+    """The smallest fabric that fits ``graph`` (already lowered to ``tile x tile``).
+
+    On-chip buffers are sized (power-of-two entries, double-buffered) for the
+    largest Bufferize and Accum position memories for the largest ``keep``.
+    """
     fns = sorted({n.p("fn").name for n in graph.nodes.values() if n.kind == "Map"})
-    kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",))
+    tile_bytes = tile * tile * DTYPES[dtype].bytes
+    kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",),
+              sram_bytes=2 * _pow2(sram_entries(graph, bindings)) * tile_bytes,
+              accum_positions=_pow2(max(1, keep_positions(graph, bindings))))
     kw.update(overrides)
     return Fabric(**kw)
+
+
+def merge(fabrics) -> Fabric:
+    """One fabric that fits every graph the given fabrics fit (a sweep's shared build)."""
+    fabrics = list(fabrics)
+    first = fabrics[0]
+    for f in fabrics[1:]:
+        if (f.tile, f.dtype, f.acc_dtype) != (first.tile, first.dtype, first.acc_dtype):
+            raise FabricError("cannot merge fabrics with different tiles or element types")
+    units: dict = {}
+    for f in fabrics:
+        for k, n in f.units.items():
+            units[k] = max(units.get(k, 0), n)
+    fns = tuple(sorted({x for f in fabrics for x in f.map_functions}))
+    big = {k: max(getattr(f, k) for f in fabrics) for k in ("fifo_depth", "sram_bytes", "memory_ports", "max_rank",
+                                                           "mem_inflight", "accum_positions", "max_fifo_depth")}
+    return Fabric(tile=first.tile, dtype=first.dtype, acc_dtype=first.acc_dtype, units=units, map_functions=fns,
+                  matmul_rows=first.matmul_rows, **big)

@@ -117,7 +117,7 @@ class _Lowering:
         spec = self.src.tensors[node.p("tensor")]
         tile = node.tile_type()
         rb, cb = _blocks(tile, self.P, where)
-        if sympy.simplify(as_dim(spec.cols) - tile.cols) != 0:
+        if (rb, cb) != (1, 1) and sympy.simplify(as_dim(spec.cols) - tile.cols) != 0:
             raise TilingError(f"{where}: stores of tiles narrower than the tensor ({tile} into "
                               f"{spec.cols} columns) are not supported yet")
         self.g.store(self.ref(node.inputs["in"]), node.p("tensor"), tile=(self.P, self.P),

