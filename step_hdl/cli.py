@@ -241,6 +241,11 @@ def parser() -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
                           model_args)
     def fabric_args(p, sim):
+        # the hardware computes on integers: int16 unless the user asks otherwise
+        for action in p._actions:
+            if action.dest == "dtype":
+                action.default = "int16"
+                action.help = "element type (default: int16; the hardware units take int8/int16/int32)"
         p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--dram", default="paper", choices=("paper",), help="DRAM preset (default: paper)")

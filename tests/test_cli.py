@@ -67,3 +67,23 @@ def test_model_command(capsys, routing):
                            "--phys-tile", "4", "--values", "--json")
     rep = json.loads(out)
     assert code == 0 and rep["outputs_match"]
+
+
+def test_sim_json_on_amaranth(capsys):
+    code, out, _ = run_cli(capsys, "sim", "swiglu", "--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b", "8",
+                           "--tile-inter", "16", "--backend", "amaranth", "--json")
+    rep = json.loads(out)
+    assert code == 0 and rep["outputs_match"] and rep["status"] == "done"
+    assert rep["offchip_bytes"] == rep["reference_offchip_bytes"] == 2 * (16 * 8 * 64 // 16 + 3 * 2 * 8 * 64 + 16 * 8)
+    assert rep["cycles"] > 0 and rep["model_cycles"] > 0 and 0 < rep["bandwidth_fraction"] < 1
+    assert set(rep["utilization"]["gate_proj_tiles"]) == {"active", "stalled"}
+
+
+def test_build_writes_the_files_and_fp32_is_refused(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "build", "swiglu", "--batch", "16", "--hidden", "8", "--inter", "64",
+                           "--tile-b", "8", "--tile-inter", "16", "-o", str(tmp_path / "b"), "--json")
+    rep = json.loads(out)
+    assert code == 0 and (tmp_path / "b" / "run.py").exists() and (tmp_path / "b" / "harness.v").exists()
+    assert len(rep["units"]) == 25 and rep["config_writes"] > 0
+    code, _, err = run_cli(capsys, "sim", "swiglu", "--dtype", "fp32", "--backend", "amaranth")
+    assert code == 2 and "compute on integer element types" in err and "--dtype int16" in err
