@@ -10,7 +10,7 @@ the paper's sweep (tile_b in {16, 32, 64} x tile_inter in {16, ..., 256}, scaled
 by P/16) on that one build: cycles, off-chip bytes (RTL counters) against the
 symbolic traffic, bandwidth fraction, match.
 
-    python bench/rtl_sim.py --tiles 4 16 --sweep --json rtl.json
+    python bench/rtl_sim.py --tiles 4 16 --sweep --amaranth --json rtl.json
 
 The 16x16 build takes several minutes (Verilog generation ~6 min, Verilator
 ~10 min on this machine kind) and is cached under ``~/.cache/step-hdl``.
@@ -46,11 +46,14 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--sweep", action="store_true", help="run the 15 sweep points on the largest tile's build")
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS))
+    ap.add_argument("--amaranth", action="store_true",
+                    help="also run the smallest tile's point on the Amaranth simulator and print the speed ratio")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     dram = DRAM_PRESETS[args.dram]
     out = {"backend": args.backend, "dram": args.dram, "builds": [], "sweep": []}
-    print(f"{'tile':>5} {'verilog s':>10} {'build s':>8} {'cycles':>9} {'sim s':>7} {'cycles/s':>9} "
+    print("sim s: load + configure + run + read back; run s: start to done alone (no Python per cycle)")
+    print(f"{'tile':>5} {'verilog s':>10} {'build s':>8} {'cycles':>9} {'sim s':>7} {'run s':>7} {'cycles/s':>9} "
           f"{'bw frac':>8} {'match':>6}")
     for P in args.tiles:
         (B, H, I), pts = sweep_points(P)
@@ -65,12 +68,26 @@ def main(argv=None) -> int:
         res = run(prep, args.backend, dram)
         rec = {"tile": P, "size": [B, H, I], "point": list(pts[0]), "verilog_s": round(gen_s, 1),
                "build_s": round(res.build_s, 1), "cycles": res.cycles, "sim_s": round(res.wall_s, 2),
-               "cycles_per_s": round(res.cycles / max(res.wall_s, 1e-9)), "outputs_match": res.outputs_match,
+               "run_s": round(res.run_s, 3), "cycles_per_s": round(res.cycles_per_s),
+               "outputs_match": res.outputs_match,
                "bandwidth_fraction": round(res.bandwidth_fraction(dram), 4), "total_s": round(time.time() - t0, 1)}
         out["builds"].append(rec)
-        print(f"{P:>3}x{P:<1} {gen_s:>10.1f} {res.build_s:>8.1f} {res.cycles:>9,} {res.wall_s:>7.1f} "
+        print(f"{P:>3}x{P:<1} {gen_s:>10.1f} {res.build_s:>8.1f} {res.cycles:>9,} {res.wall_s:>7.1f} {res.run_s:>7.2f} "
               f"{rec['cycles_per_s']:>9,} {rec['bandwidth_fraction']:>8.3f} {str(res.outputs_match):>6}",
               flush=True)
+    if args.amaranth and args.backend != "amaranth":
+        first = out["builds"][0]
+        P = first["tile"]
+        (B, H, I), pts = sweep_points(P)
+        w = swiglu(B, H, I, *pts[0], "int16")
+        res = run(prepare(w, shared_fabric([swiglu(B, H, I, tb, ti, "int16") for tb, ti in pts], P)), "amaranth",
+                  dram)
+        ratio = first["cycles_per_s"] / max(res.cycles_per_s, 1e-9)
+        out["amaranth"] = {"tile": P, "cycles": res.cycles, "run_s": round(res.run_s, 2),
+                           "cycles_per_s": round(res.cycles_per_s), "outputs_match": res.outputs_match,
+                           f"{args.backend}_speedup": round(ratio, 1)}
+        print(f"amaranth {P}x{P}: {res.cycles:,} cycles in {res.run_s:.1f} s = {res.cycles_per_s:,.0f} cycles/s; "
+              f"{args.backend} is {ratio:,.0f}x faster (cycle counts equal: {res.cycles == first['cycles']})")
     if args.sweep:
         P = max(args.tiles)
         (B, H, I), pts = sweep_points(P)

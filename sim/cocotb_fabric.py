@@ -22,6 +22,7 @@ configures, waits for ``done`` or ``hung`` and reads back. Results go to
 
 import json
 import os
+import time
 from pathlib import Path
 
 import cocotb
@@ -70,8 +71,10 @@ async def run_fabric(dut):
     await FallingEdge(dut.clk)
     dut.start.value = 0
     # no Python per cycle from here: the simulator runs until done or hung (or the cycle bound)
+    t_run = time.perf_counter()
     finished = await First(RisingEdge(dut.done), RisingEdge(dut.hung),
                            ClockCycles(dut.clk, int(job.get("max_cycles", 100_000_000))))
+    run_s = time.perf_counter() - t_run
     await FallingEdge(dut.clk)
     status = "done" if int(dut.done.value) else ("hung" if int(dut.hung.value) else "timeout")
     del finished
@@ -82,7 +85,7 @@ async def run_fabric(dut):
     for name, (first, count) in job["outputs"].items():
         outputs[name] = [format(await _read(dut, dut.peek_addr, dut.peek_data, first + k), "x")
                          for k in range(count)]
-    result = {"status": status, "counters": counters, "outputs": outputs}
+    result = {"status": status, "counters": counters, "outputs": outputs, "run_s": run_s}
     out = os.environ.get("STEP_HDL_RESULT")
     if out:
         with open(out, "w") as f:

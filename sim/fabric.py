@@ -172,6 +172,12 @@ class RtlResult:
     wall_s: float
     build_s: float = 0.0
     stuck: list = field(default_factory=list)
+    run_s: float = 0.0               # wall time of the run phase alone (start pulse to done)
+
+    @property
+    def cycles_per_s(self) -> float:
+        """Simulated cycles per wall-clock second of the run phase (loading and read-back excluded)."""
+        return self.cycles / self.run_s if self.run_s else 0.0
 
     @property
     def offchip_bytes(self) -> int:
@@ -192,7 +198,7 @@ class RtlResult:
                "outputs_match": self.outputs_match, "mismatches": self.mismatches,
                "offchip_bytes": self.offchip_bytes, "bytes_read": self.bytes_read,
                "bytes_written": self.bytes_written, "wall_s": round(self.wall_s, 3), "build_s": round(self.build_s, 3),
-               "stuck": self.stuck}
+               "run_s": round(self.run_s, 3), "cycles_per_s": round(self.cycles_per_s), "stuck": self.stuck}
         if design is not None:
             out["utilization"] = {k: {a: round(b, 4) for a, b in v.items()}
                                   for k, v in self.utilization(design).items()}
@@ -211,7 +217,8 @@ def _stuck(design: Design, counters: dict) -> list[str]:
     return out
 
 
-def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0, raise_on_hang=True) -> RtlResult:
+def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0, raise_on_hang=True,
+            run_s=0.0) -> RtlResult:
     design = prep.design
     stuck = _stuck(design, counters) if status != "done" else []
     if status != "done" and raise_on_hang:
@@ -232,7 +239,7 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
             mism[name] = (f"{len(diff)} of {want.size} elements differ, first at {i}: got {got[i]}, "
                           f"interpreter {want[i]}")
     return RtlResult(backend, status, counters["cycles"], status == "done" and not mism, mism,
-                     counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck)
+                     counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck, run_s)
 
 
 # ----------------------------------------------------------------------------- back-ends
@@ -268,6 +275,7 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
         await ctx.tick()
         ctx.set(h.start, 0)
         ran, step, last = 0, 2000, time.time()
+        t_run = time.perf_counter()
         status = "timeout"
         while ran < max_cycles:
             await ctx.tick().repeat(step)
@@ -281,6 +289,7 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
             if progress and time.time() - last > 5:
                 last = time.time()
                 print(f"  ... {ran} cycles simulated", file=sys.stderr, flush=True)
+        out["run_s"] = time.perf_counter() - t_run
         counters = {}
         for k, name in enumerate(names):
             ctx.set(h.ctr_addr, k)
@@ -304,7 +313,7 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
     else:
         sim.run()
     return _finish(prep, "amaranth", out["status"], out["counters"], out["words"], time.time() - t0,
-                   raise_on_hang=raise_on_hang)
+                   raise_on_hang=raise_on_hang, run_s=out["run_s"])
 
 
 def verilog_for(design: Design, dram: DramParams, depth: int) -> tuple[str, str, float]:
@@ -349,4 +358,4 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang)
     words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
     wall = time.time() - t0
     return _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
-                   build_s + gen_s, raise_on_hang)
+                   build_s + gen_s, raise_on_hang, res.get("run_s", 0.0))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from step_hdl import Graph, fn
-from step_hdl.mapper.fabric import Fabric, FabricError
+from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
+from step_hdl.mapper.flow import lower
 from step_hdl.mapper.tiling import TilingError
 from step_hdl.mapper.top import plan
 from step_hdl.metrics import metrics
@@ -81,7 +82,11 @@ def test_unsupported_function_and_operator_are_named():
     g.tensor("b", 4, 16, "fp32")
     x, y = g.broadcast(g.load("a", tile=(4, 4), out_shape=[4], stride=[1], name="load_a"), 2, name="fan")
     g.store(g.map([x, y], "div", name="ratio"), "b", tile=(4, 4), name="store_b")
+    lowered = lower(g, 4, dtype="fp32").graph
     with pytest.raises(FabricError, match="Map 'ratio': function 'div' has no hardware implementation"):
+        plan(lowered, fabric_for(lowered, 4, "fp32"))
+    with pytest.raises(FabricError, match="the hardware units compute on integer element types .* this workload "
+                                          "uses fp32 \\(on the command line: --dtype int16\\)"):
         prepare(Workload(g, {"a": np.ones((4, 16), np.float32)}, {}, {}, make_dtype("fp32")), 4)
     g = Graph("out")
     g.tensor("a", 8, 8, "int16")
