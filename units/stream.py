@@ -27,10 +27,14 @@ def _check_depth(component, depth):
 
 
 class Queue(wiring.Component):
-    """A FIFO of ``depth`` tokens.
+    """A FIFO of ``depth`` tokens (:class:`amaranth.lib.fifo.SyncFIFO`).
 
-    Latency 2 (measured: write, then registered read), II 1. No combinational path
-    from input to output or from ``o.ready`` to ``i.ready``.
+    Latency 1 (write, then the storage's asynchronous read). II 1 from depth 2;
+    depth 1 alternates (II 2: the one slot takes a token only after it was
+    read). ``i.ready`` and ``o.valid`` come from the level register: no
+    combinational path from input to output or from ``o.ready`` to ``i.ready``.
+    (An earlier version used ``SyncFIFOBuffered``, whose depth 2 is one slot
+    plus an output register and so ran every fabric edge at II 2.)
     """
 
     def __init__(self, shape, depth: int):
@@ -40,7 +44,7 @@ class Queue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=Shape.cast(self.shape).width, depth=self.depth)
+        m.submodules.fifo = q = fifo.SyncFIFO(width=Shape.cast(self.shape).width, depth=self.depth)
         m.d.comb += [
             q.w_data.eq(self.i.payload), q.w_en.eq(self.i.valid), self.i.ready.eq(q.w_rdy),
             self.o.payload.eq(q.r_data), self.o.valid.eq(q.r_rdy), q.r_en.eq(self.o.ready),

@@ -41,6 +41,16 @@ def test_pass_through_units(sim_backend, make, seed):
     assert FMT.unpack_all(out["o"]) == toks
 
 
+@pytest.mark.parametrize("depth", [2, 4])
+def test_queue_moves_one_token_per_cycle(depth):
+    """From depth 2 a fabric edge is not a bottleneck: no stalls, one token per cycle (plus the latency)."""
+    toks = tokens(60)
+    out, cycles = run_scenario(Queue(FMT.layout, depth), Scenario({"i": FMT.pack_all(toks)}, {"o": DONE_BIT},
+                                                                  p_gap=0, p_drop=0), "amaranth", "q")
+    assert FMT.unpack_all(out["o"]) == toks
+    assert cycles <= len(toks) + 4, (cycles, len(toks))
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_broadcast_independent_ready(sim_backend, seed):
     toks = tokens()
