@@ -6,17 +6,26 @@ every node is a process with a clock, every edge a bounded FIFO (the fabric's
 depth), and every token transfer takes time from a rule derived from the
 fabric:
 
-* moving a tile costs ``ceil(bytes / stream_bw)`` cycles, where ``stream_bw``
-  is one physical tile per cycle (``P·P·e`` bytes);
-* a Map or Accum element costs ``max(input bytes / stream_bw, FLOPs /
-  compute rate, output bytes / stream_bw)``; a matmul unit does ``P³`` MACs
-  per cycle (``2·P³`` FLOPs), element-wise units one physical tile per cycle;
+* moving a tile costs one cycle per physical tile, ``ceil(elements / P²)``,
+  whatever its element type: a stream's payload is one ``P x P`` tile of the
+  stream's own type (``units.layout.TileFormat``, width by dtype), so the int32
+  output of an int16 matmul moves at one tile per cycle like its operands;
+* a Map or Accum element costs ``max(input tiles, FLOPs / compute rate,
+  output tiles)``; a matmul unit does ``P³`` MACs per cycle (``2·P³`` FLOPs),
+  element-wise units one physical tile per cycle;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
 * off-chip tiles go through :class:`Dram`, which has the parameters of the
   RTL's DRAM model (:class:`DramParams`): channels, bytes per request, latency,
-  cycles between requests per channel, requests in flight.
+  cycles between requests per channel, requests in flight;
+* a load issues a tile's DRAM access when it starts to send that tile, plus
+  the following tiles while they fit in its ``mem_inflight`` physical-tile
+  credits (``units.memory`` ``_Tracker``: a request only while a credit is
+  free, a credit back when its response leaves the unit), not the whole
+  stream up front; and it streams each tile out as the responses arrive (II 1
+  per tile while the memory keeps up), so the send takes ``max(transfer, DRAM
+  completion)``, not their sum.
 
 Data values are optional: with ``timing_only=True`` tiles are
 :class:`~step_hdl.functions.ShapeOnly` (sizes without values) so full-size
@@ -115,11 +124,16 @@ class Dram:
 
 @dataclass(frozen=True)
 class ModelParams:
-    """What the model needs of a fabric: physical tile, element type, FIFO depth, DRAM."""
+    """What the model needs of a fabric: physical tile, element type, FIFO depth, DRAM.
+
+    ``mem_inflight`` is the physical-tile requests each off-chip load keeps in
+    flight (``mapper.fabric.FabricParams.mem_inflight``).
+    """
 
     tile: int = 16
     dtype: str = "int16"
     fifo_depth: int = 2
+    mem_inflight: int = 32
     dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
 
     @property
@@ -159,6 +173,8 @@ class TimedMemory(Memory):
         self.real = set(self.arrays) if timing_only else set(graph.tensors)
         self.dram, self.timing_only, self.now = dram, timing_only, 0
         self.ready: dict[str, deque] = {}
+        self.pending: dict[str, deque] = {}
+        self.held: dict[str, deque] = {}
         self.base: dict[str, int] = {}
         addr = 0
         for name, spec in graph.tensors.items():
@@ -177,9 +193,46 @@ class TimedMemory(Memory):
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
+    def _pending_read(self, node, index, tr, tc):
+        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`)."""
+        spec = node.graph.tensors[node.p("tensor")]
+        nbytes = tr * tc * spec.dtype.bytes
+        self.pending.setdefault(node.name, deque()).append((self.base[spec.name] + index * nbytes, nbytes, tr * tc))
+        return nbytes
+
+    def issue(self, name: str, now: int, credits: int, tile_elems: int) -> int:
+        """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
+
+        The interpreter's load code reads a whole block of tiles before it sends
+        the first, but the RTL load (``units.memory``, :class:`_Tracker`) issues a
+        request only while it has a credit (``max_inflight`` requests whose
+        responses have not left the unit): requests go out as the unit's tiles
+        leave, so the loads of a fabric share the DRAM tile by tile instead of one
+        load's whole stream being served before the next's. As the tile starts to
+        leave, the following tiles are issued too while they fit in ``credits``
+        physical tiles (of ``tile_elems`` elements), not counting this one.
+        """
+        ready = self.ready.setdefault(name, deque())
+        held = self.held.setdefault(name, deque())     # physical tiles of each issued tile not yet sent
+        pend = self.pending.get(name, ())
+
+        def send(now):
+            addr, nbytes, elems = pend.popleft()
+            ready.append(self.dram.access(now, addr, nbytes))
+            held.append(-(-elems // tile_elems))
+
+        if not ready and pend:
+            send(now)
+        use = sum(held) - held[0]                      # ready[0]/held[0]: the tile leaving now
+        while pend and use + -(-pend[0][2] // tile_elems) <= credits:
+            use += -(-pend[0][2] // tile_elems)
+            send(now)
+        held.popleft()
+        return ready.popleft()
+
     def read_tile(self, node, arr, index, tr, tc):
         self._slot(node, arr, index, tr, tc)
-        nbytes = self._timed(node, index, tr, tc)
+        nbytes = self._pending_read(node, index, tr, tc)
         self.bytes_read[node.name] = self.bytes_read.get(node.name, 0) + nbytes
         if node.p("tensor") not in self.real:
             return ShapeOnly((tr, tc), node.graph.tensors[node.p("tensor")].dtype)
@@ -255,15 +308,24 @@ class TimedPorts(Ports):
     def _cost(self, tok) -> int:
         return self.model.cost(self.node, tok)
 
-    def _wait_memory(self, tok):
+    def _send_cycles(self, tok) -> int:
+        """Cycles until ``tok`` has left the unit.
+
+        An off-chip load streams each physical tile out as its response arrives
+        (``units.memory``: a request per tile while a credit is free, II 1 per tile
+        while the memory keeps up), so a logical tile's transfer overlaps its DRAM
+        access: it is done when both the last response is in and its tiles have
+        streamed, not after the one and then the other.
+        """
+        cost = self._cost(tok)
         if tok.is_data and self.node.kind in LOADS:
-            ready = self.ctx.memory.ready[self.node.name].popleft()
-            if ready > self.model.now:
-                yield ("delay", ready - self.model.now)
+            ready = self.ctx.memory.issue(self.node.name, self.model.now, self.model.params.mem_inflight,
+                                          self.model.params.vector_elems)
+            cost = max(cost, ready - self.model.now)
+        return cost
 
     def put(self, port, tok):
-        yield from self._wait_memory(tok)
-        yield ("delay", self._cost(tok))
+        yield ("delay", self._send_cycles(tok))
         ch = self.outs[port]
         while len(ch.queue) >= ch.depth:
             yield ("space", ch)
@@ -323,16 +385,22 @@ class Model:
         self._info: dict = {}
 
     # -- cost rules
-    def _bytes(self, payload, elem_t) -> int:
+    def _tiles(self, payload) -> int:
+        """Physical tiles (stream tokens) a payload takes: ``ceil(elements / P²)`` whatever the element type.
+
+        A hardware stream's payload is one physical tile of its own element type
+        (``units.layout.TileFormat``: width by dtype), so an int32 accumulator
+        tile moves at one per cycle like an int16 one. A tuple's items travel side
+        by side in one token (``TupleFormat``); anything else (index, selector) is one token.
+        """
         if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
-            e = elem_t.dtype.bytes if isinstance(elem_t, Tile) else 4
-            return payload.shape[0] * payload.shape[1] * e
-        if isinstance(payload, tuple):
-            return sum(self._bytes(p, None) for p in payload)
-        return 4
+            return -(-payload.shape[0] * payload.shape[1] // self.params.vector_elems)
+        if isinstance(payload, tuple) and payload:
+            return max(self._tiles(p) for p in payload)
+        return 1
 
     def _node_info(self, node):
-        """Per node, computed once: output element type and the static input tile bytes."""
+        """Per node, computed once: output element type and the static input tile sizes in physical tiles."""
         info = self._info.get(node.name)
         if info is None:
             out_t = next(iter(node.out_types.values())).dtype if node.out_types else None
@@ -342,22 +410,22 @@ class Model:
                     t = node.t(port).dtype
                     if isinstance(t, Tile):
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
-                        in_bytes.append(int(r) * int(c) * t.dtype.bytes if r.is_Integer and c.is_Integer else None)
+                        in_bytes.append(-(-int(r) * int(c) // self.params.vector_elems)
+                                        if r.is_Integer and c.is_Integer else None)
             info = self._info[node.name] = (out_t, in_bytes)
         return info
 
     def cost(self, node, tok) -> int:
         if not tok.is_data:
             return 1
-        p = self.params
-        out_t, in_bytes = self._node_info(node)
-        nbytes = self._bytes(tok.payload, out_t)
-        cycles = math.ceil(nbytes / p.stream_bw)
+        out_t, in_tiles = self._node_info(node)
+        cycles = self._tiles(tok.payload)
         if node.kind in ("Map", "Accum", "Scan"):
+            out = cycles
             cycles = max(cycles, self._compute_cycles(node, tok))
-            for b in in_bytes:
+            for b in in_tiles:
                 # an operand of data-dependent size is at least as large as the output here
-                cycles = max(cycles, math.ceil((b if b is not None else nbytes) / p.stream_bw))
+                cycles = max(cycles, b if b is not None else out)
         return max(1, cycles)
 
     def _compute_cycles(self, node, tok) -> int:

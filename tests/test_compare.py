@@ -9,11 +9,12 @@ from step_hdl.cli import main
 from step_hdl.sim.compare import compare, load_rtl_points, mape, pearson, swiglu_model_fn
 
 # SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
-# bench/rtl_sim.py --tiles 16 --sweep (Verilator), commit 2c1bf6b. (tile_b, tile_inter) -> cycles
+# bench/rtl_sim.py --tiles 4 16 --sweep (Verilator), commit 055a606 (edge FIFOs at II 1).
+# (tile_b, tile_inter) -> cycles
 RTL_SWIGLU_16 = {
-    (16, 16): 16817, (16, 32): 14831, (16, 64): 13919, (16, 128): 13597, (16, 256): 13719,
-    (32, 16): 10876, (32, 32): 8857, (32, 64): 8037, (32, 128): 7889, (32, 256): 8393,
-    (64, 16): 9100, (64, 32): 7267, (64, 64): 6487, (64, 128): 7031, (64, 256): 8631,
+    (16, 16): 16769, (16, 32): 14752, (16, 64): 13792, (16, 128): 13394, (16, 256): 13326,
+    (32, 16): 10763, (32, 32): 8736, (32, 64): 7814, (32, 128): 7494, (32, 256): 7616,
+    (64, 16): 7931, (64, 32): 6032, (64, 64): 5089, (64, 128): 4917, (64, 256): 5931,
 }
 
 
@@ -68,10 +69,10 @@ def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
     assert "--rtl-json" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 5: the model misses the RTL by up to 30 % (tile_b 64); see "
-                                       "the compare report")
 def test_model_tracks_rtl_swiglu_paper_sweep():
+    # issue 5's target: pearson >= 0.99, MAPE <= 5 %, every point within 10 %
     pts = [{"tile_b": tb, "tile_inter": ti, "cycles": c} for (tb, ti), c in RTL_SWIGLU_16.items()]
     c = compare(pts, swiglu_model_fn())
     bad = [(p["tile_b"], p["tile_inter"], p["error_pct"]) for p in c.points if abs(p["error_pct"]) > 10]
     assert not bad, f"model off by more than 10 %: {bad}; pearson {c.pearson:.3f}, mape {c.mape:.1f} %"
+    assert c.pearson >= 0.99 and c.mape <= 5, f"pearson {c.pearson:.4f}, mape {c.mape:.2f} %"
