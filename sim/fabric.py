@@ -25,7 +25,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.errors import StepError
+from step_hdl.errors import StepDeadlockError
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
 from step_hdl.mapper.top import TOP_CFG_LAYOUT, COUNTER_BITS, Design, FabricTop, Program, plan
 from step_hdl.units.layout import tile_format
@@ -38,8 +38,9 @@ from .rtl import RtlError, build_root, to_verilog
 BACKENDS = ("amaranth", "verilator", "icarus")
 
 
-class Deadlock(StepError):
-    """The fabric stopped moving tokens before it finished."""
+class Deadlock(StepDeadlockError):
+    """The fabric stopped moving tokens before it finished (the RTL form of the interpreter's and the model's
+    :class:`~step_hdl.errors.StepDeadlockError`)."""
 
 
 # ----------------------------------------------------------------------------- the simulation harness
@@ -226,7 +227,10 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
         raise Deadlock(f"the fabric '{design.name}' stopped after {counters['cycles']} cycles ({status}): no token "
                        f"moved for {design.watchdog} cycles.\n  channels holding undelivered tokens:\n    "
                        + ("\n    ".join(stuck) or "none (a unit waits for input that never comes)")
-                       + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}")
+                       + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}",
+                       stuck, {e.label: counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"]
+                               for e in design.edges
+                               if counters[f"{e.label}.produced"] != counters[f"{e.label}.consumed"]})
     mism = {}
     fab = design.fabric
     for name, (first, n) in prep.outputs.items():

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from step_hdl import Graph, fn
+from step_hdl import Graph, StepDeadlockError, fn
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
 from step_hdl.mapper.flow import lower
 from step_hdl.mapper.tiling import TilingError
@@ -125,8 +125,9 @@ def test_deadlock_names_the_stuck_channels():
     prep = prepare(w, fab)
     assert {e.label: e.depth for e in prep.design.edges}["fan.out0"] == 2
     with pytest.raises(Deadlock, match=r"(?s)stopped after \d+ cycles \(hung\).*channels holding undelivered "
-                                       r"tokens:.*fan\.out0 -> gate\.i0: \d+ token\(s\) not taken"):
+                                       r"tokens:.*fan\.out0 -> gate\.i0: \d+ token\(s\) not taken") as err:
         run(prep, "amaranth")
+    assert isinstance(err.value, StepDeadlockError) and err.value.pending["fan.out0"] > 0
 
 
 def test_design_json_and_config_report(reduced_sweep, tmp_path):
