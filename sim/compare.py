@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["Comparison", "compare", "pearson", "mape", "load_rtl_points", "swiglu_model_fn", "plot",
-           "PAPER_SWIGLU"]
+           "PAPER_SWIGLU", "paper_points", "run_rtl_sweep"]
 
 #: the paper's SwiGLU sizes (B, H, I) at a 16x16 physical tile
 PAPER_SWIGLU = (64, 256, 512)
@@ -124,6 +124,32 @@ def swiglu_model_fn(size=PAPER_SWIGLU, tile: int = 16, dram: str = "paper", dtyp
         w = swiglu(*size, int(p["tile_b"]), int(p["tile_inter"]), dtype)
         return simulate(w.graph, params, w.tensors).cycles
     return fn
+
+
+def paper_points(size=PAPER_SWIGLU, tile: int = 16) -> list[tuple[int, int]]:
+    """The paper's (tile_b, tile_inter) sweep, scaled by ``tile / 16`` for smaller physical tiles."""
+    s = 16 // tile if tile < 16 else 1
+    return [(tb // s, ti // s) for tb in (16, 32, 64) for ti in (16, 32, 64, 128, 256)]
+
+
+def run_rtl_sweep(size=PAPER_SWIGLU, tile: int = 16, backend: str = "verilator", dram: str = "paper",
+                  progress=None) -> list[dict]:
+    """Run every sweep point in RTL on one shared build; points as :func:`load_rtl_points` returns them."""
+    from step_hdl.sim.fabric import prepare, run, shared_fabric
+    from step_hdl.workloads import swiglu
+    pts = paper_points(size, tile)
+    ws = [swiglu(*size, tb, ti, "int16") for tb, ti in pts]
+    fab = shared_fabric(ws, tile)
+    out = []
+    for (tb, ti), w in zip(pts, ws):
+        res = run(prepare(w, fab), backend, dram)
+        if not res.outputs_match:
+            raise ValueError(f"RTL outputs differ from the interpreter at tile_b={tb} tile_inter={ti}: "
+                             f"{res.mismatches}")
+        out.append({"tile_b": tb, "tile_inter": ti, "cycles": res.cycles})
+        if progress:
+            progress(f"  RTL tile_b={tb} tile_inter={ti}: {res.cycles:,} cycles")
+    return out
 
 
 def plot(cmp: Comparison, path, title: str = "model vs RTL cycles") -> None:

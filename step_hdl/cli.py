@@ -286,12 +286,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_compare(args) -> int:
-    from step_hdl.sim.compare import PAPER_SWIGLU, compare, load_rtl_points, plot, swiglu_model_fn
+    from step_hdl.sim.compare import PAPER_SWIGLU, compare, load_rtl_points, run_rtl_sweep, swiglu_model_fn
+    size = tuple(args.size) if args.size else PAPER_SWIGLU
     if not args.rtl_json:
-        print("step-hdl: error: compare needs measured RTL results: pass --rtl-json PATH (write them with "
-              "python bench/rtl_sim.py --tiles 16 --sweep --json PATH; the 16x16 build takes 20+ minutes)",
-              file=sys.stderr)
-        return 2
+        # run the RTL here: one build for the sweep (16x16: ~10 minutes the first time, cached afterwards)
+        print(f"running the RTL sweep on {args.backend} (pass --rtl-json PATH to reuse measured results)",
+              file=sys.stderr, flush=True)
+        points = run_rtl_sweep(size, args.phys_tile, args.backend, args.dram,
+                               progress=lambda m: print(m, file=sys.stderr, flush=True))
+        cmp = compare(points, swiglu_model_fn(size, args.phys_tile, args.dram))
+        return _report_compare(args, cmp, size, points)
     try:
         points = load_rtl_points(args.rtl_json)
     except OSError as exc:
@@ -300,8 +304,12 @@ def cmd_compare(args) -> int:
     except ValueError as exc:       # also json.JSONDecodeError
         print(f"step-hdl: error: {exc}", file=sys.stderr)
         return 2
-    size = tuple(args.size) if args.size else PAPER_SWIGLU
     cmp = compare(points, swiglu_model_fn(size, args.phys_tile, args.dram))
+    return _report_compare(args, cmp, size, points)
+
+
+def _report_compare(args, cmp, size, points) -> int:
+    from step_hdl.sim.compare import plot
     if args.plot:
         plot(cmp, args.plot, f"SwiGLU B={size[0]} H={size[1]} I={size[2]}, {args.phys_tile}x{args.phys_tile}, "
                              f"DRAM {args.dram}")
@@ -327,6 +335,8 @@ def _add_compare_parser(sub):
     wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
                     help="SwiGLU sizes (default: the paper's 64 256 512)")
     wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+    wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
+                    help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
     wp.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
     wp.add_argument("--json", action="store_true", help="print one JSON object")
     wp.add_argument("--plot", default=None, metavar="PNG", help="draw model and RTL cycles per point here")

@@ -65,8 +65,24 @@ def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "rtl_cycles" in text and "pearson" in text and "mape" in text
-    assert main(["compare", "swiglu"]) == 2
-    assert "--rtl-json" in capsys.readouterr().err
+
+
+
+def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch):
+    """Without --rtl-json, compare runs the RTL itself (here stubbed: the real 16x16 sweep takes minutes)."""
+    from step_hdl.sim import compare as cmp_mod
+    from step_hdl.sim.compare import paper_points
+    assert paper_points(tile=4)[:2] == [(4, 4), (4, 8)] and len(paper_points()) == 15
+    seen = {}
+
+    def fake(size, tile, backend, dram, progress=None):
+        seen.update(size=size, tile=tile, backend=backend)
+        return [{"tile_b": 4, "tile_inter": 4, "cycles": 1000}, {"tile_b": 8, "tile_inter": 4, "cycles": 900}]
+    monkeypatch.setattr(cmp_mod, "run_rtl_sweep", fake)
+    assert main(["compare", "swiglu", "--size", "16", "8", "64", "--phys-tile", "4", "--backend", "amaranth",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert seen == {"size": (16, 8, 64), "tile": 4, "backend": "amaranth"} and len(out["points"]) == 2
 
 
 def test_model_tracks_rtl_swiglu_paper_sweep():
