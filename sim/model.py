@@ -94,12 +94,21 @@ class Dram:
         self.p = p
         self.free = [0] * p.channels
         self.window_free = 0.0
+        self.accept_free = 0
         self.bytes = 0
         self.last = 0
 
-    def access(self, now: int, addr: int, nbytes: int) -> int:
-        """Issue the requests of one transfer at ``now``; return the cycle the last one completes."""
+    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1) -> int:
+        """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
+
+        ``port_requests``: memory-port requests the transfer takes (one per physical tile). The RTL DRAM
+        model (``sim.dram``) accepts one port request per cycle over all ports and answers a request
+        ``latency + 1`` cycles after accepting it, so a transfer of many small tiles (4x4 int16: 32 B) is
+        limited to one tile per cycle whatever the channels could do.
+        """
         p = self.p
+        accepted = max(now, self.accept_free)
+        self.accept_free = accepted + port_requests
         n = max(1, math.ceil(nbytes / p.request_bytes))
         c0 = (addr // p.request_bytes) % p.channels
         base, extra = divmod(n, p.channels)
@@ -114,7 +123,7 @@ class Dram:
         # in-flight limit: at most `inflight` requests per `latency` cycles
         start = max(float(now), self.window_free)
         self.window_free = start + n * p.latency / p.inflight
-        done = max(done, math.ceil(self.window_free) + p.latency - 1)
+        done = max(done, math.ceil(self.window_free) + p.latency - 1, accepted + port_requests + p.latency)
         self.bytes += nbytes
         self.last = max(self.last, done)
         return done
@@ -167,6 +176,9 @@ class TimedMemory(Memory):
     lengths) that decide addresses and sizes, so they are read for real.
     """
 
+    #: elements of a physical tile (the model sets it); the default makes every transfer one port request
+    tile_elems = 1 << 62
+
     def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
         control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
         super().__init__(graph, control if timing_only else tensors)
@@ -189,7 +201,8 @@ class TimedMemory(Memory):
     def _timed(self, node, index, tr, tc):
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
-        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes)
+        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes,
+                                -(-tr * tc // self.tile_elems))
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
@@ -218,7 +231,7 @@ class TimedMemory(Memory):
 
         def send(now):
             addr, nbytes, elems = pend.popleft()
-            ready.append(self.dram.access(now, addr, nbytes))
+            ready.append(self.dram.access(now, addr, nbytes, -(-elems // tile_elems)))
             held.append(-(-elems // tile_elems))
 
         if not ready and pend:
@@ -377,6 +390,7 @@ class Model:
                         bind[d] = n
         self.dram = Dram(params.dram)
         self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only)
+        self.memory.tile_elems = params.tile * params.tile
         self.ctx = Context(self.memory, streams or {}, bind, None)
         self.now = 0
         self.heap: list = []
