@@ -46,6 +46,7 @@ from amaranth.lib.wiring import In, Out
 from step_hdl.graph import Graph
 from step_hdl.types import Tile
 
+from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
 
 from .fabric import Fabric, FabricError
@@ -120,8 +121,6 @@ class Design:
             names += [f"{e.label}.produced", f"{e.label}.consumed"]
         return names
 
-    def unit_of_node(self) -> dict:
-        return {n: u.name for u in self.units for n in u.nodes}
 
 
 @dataclass
@@ -139,13 +138,6 @@ class Program:
     bindings: dict
     notes: list = field(default_factory=list)
 
-    @property
-    def words(self) -> int:
-        """Memory words the tensors occupy."""
-        fab = self.design.fabric
-        tb = tile_bytes(fab)
-        return max((addr // tb + (r // fab.tile) * (c // fab.tile) for addr, r, c, _ in self.tensors.values()),
-                   default=0)
 
 
 def tile_bytes(fabric: Fabric) -> int:
@@ -304,8 +296,8 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         if cnode.kind == "Streamify" and port == "ref":
             dport = "i_ref"
         else:
-            dport = hw_in(port)
-        sport = hw_out(ref.port)
+            dport = hw_port(port, False)
+        sport = hw_port(ref.port, True)
         sfmt, dfmt = _port_fmt(made[src_u.name], sport), _port_fmt(made[dst_u.name], dport)
         if sfmt.layout != dfmt.layout:
             raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
@@ -326,16 +318,6 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     program = configure(design, graph, bindings, tensor_order, made)
     program.notes = notes
     return design, program
-
-
-def hw_in(port):
-    from step_hdl.units.base import hw_port
-    return hw_port(port, False)
-
-
-def hw_out(port):
-    from step_hdl.units.base import hw_port
-    return hw_port(port, True)
 
 
 def _port_fmt(unit, port):
