@@ -18,6 +18,29 @@ fabric's physical tile, as the STeP paper does for its HDL validation:
 * an Accum over logical tiles keeps one physical-tile state per position
   (Accum with ``keep=2``).
 
+Rows: a tile dimension that is not a static multiple of ``P`` (a dynamic
+number of token rows ``[N, H]``, a single row ``[1, H]``, a scalar ``[1, 1]``)
+is cut into blocks of 1, so its physical tiles are partial: ``[1, P]`` rows (or
+``[1, 1]``) instead of ``P x P``. Every logical tile still becomes two block
+dimensions, so a dynamic tile size becomes a dynamic stream dimension
+(``[N, H]`` -> ``[N, H/P]`` of ``[1, P]``), and the stream operators above the
+tile (Partition, Reassemble, Promote, Flatten, ...) keep their meaning with
+their ranks shifted by the two block dimensions:
+
+* packing rows into a tile (Accum ``retile_row``) and unpacking it
+  (FlatMap ``retile_streamify``) only regroup the row blocks (Flatten,
+  Reshape with chunk 1);
+* RepeatStatic of a logical tile buffers its block (Bufferize + Streamify
+  ``repeat``);
+* a matmul of row tiles ``[N, K] x [K, M]`` buffers each row (``K/P`` tiles)
+  and the ``[K, M]`` operand, and re-reads the operand once per row (a
+  Streamify whose ``ref`` is the row stream), so the dynamic ``N`` is never
+  needed as a configuration value;
+* a ``ref`` stream of logical tiles (an off-chip load per logical tile)
+  becomes one token per logical tile (an Accum over the two block dims);
+* an element-wise function with a ``[1, 1]`` second operand repeats that
+  operand along the row.
+
 The lowered graph computes the same result as the original (integer types
 bit-exactly); ``tests/test_tiling.py`` checks that with the interpreter.
 Operators and functions not listed raise :class:`TilingError` naming the node.
@@ -46,12 +69,35 @@ def _static(d, what, where):
     return int(d)
 
 
+def _cut(d, P: int):
+    """(physical size, blocks) of one tile dimension: P-blocks if a static multiple of P, else 1-blocks."""
+    d = as_dim(d)
+    if d.is_Integer and int(d) % P == 0:
+        return P, int(d) // P
+    return 1, (int(d) if d.is_Integer else d)
+
+
+def _phys(tile: Tile, P: int, where: str):
+    """``(pr, pc, rb, cb)``: the physical tile ``[pr, pc]`` of a logical tile and its block ``[rb, cb]``.
+
+    Columns must be a static multiple of ``P`` or 1 (a scalar); rows may be anything
+    (1-blocks: row tiles).
+    """
+    pr, rb = _cut(tile.rows, P)
+    pc, cb = _cut(tile.cols, P)
+    if pc == 1 and cb != 1:
+        raise TilingError(f"{where}: logical tile [{tile.rows}, {tile.cols}] is not a multiple of the physical "
+                          f"tile {P}x{P} (partial physical tiles are rows [1, {P}] or scalars [1, 1])")
+    return pr, pc, rb, cb
+
+
 def _blocks(tile: Tile, P: int, where: str) -> tuple[int, int]:
+    """Blocks of a logical tile that must be whole ``P x P`` physical tiles."""
     r = _static(tile.rows, "tile rows", where)
     c = _static(tile.cols, "tile cols", where)
     if r % P or c % P:
         raise TilingError(f"{where}: logical tile [{r}, {c}] is not a multiple of the physical tile {P}x{P} "
-                          f"(partial physical tiles are not supported yet)")
+                          f"(partial physical tiles are not supported here)")
     return r // P, c // P
 
 
@@ -78,12 +124,26 @@ class _Lowering:
     def out(self, node, port, new):
         self.refs[f"{node.name}.{port}"] = new
 
+    def phys(self, tile, where):
+        return _phys(tile, self.P, where)
+
+    def zeros(self, tile, where, dtype=None):
+        pr, pc, _, _ = self.phys(tile, where)
+        return fn("zeros", rows=pr, cols=pc, dtype=dtype or tile.dtype.name)
+
+    def per_tile(self, stream, name):
+        """One token per logical tile of a lowered stream (an Accum over its two block dims)."""
+        t = stream.type.dtype
+        return self.g.accum(stream, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype="int32"),
+                            rank=2, name=name)
+
     # ---------------------------------------------------------------- off-chip
     def _grid_strides(self, node, strides, counts, base):
         where = f"{node.kind} '{node.name}'"
         spec = self.src.tensors[node.p("tensor")]
         tile = node.tile_type()
-        rb, cb = _blocks(tile, self.P, where)
+        pr, pc, rb, cb = self.phys(tile, where)
+        rb = _static(rb, "tile rows", where)
         g_cols = _static(spec.cols / tile.cols, "tensor grid width", where)
         p_cols = g_cols * cb
         out, carry = [], 0
@@ -100,30 +160,35 @@ class _Lowering:
         if br + carry >= g_cols:
             raise TilingError(f"{where}: the tile pattern wraps around a grid row; not an affine pattern "
                               f"over physical tiles")
-        return out, bq * rb * p_cols + br * cb, rb, cb, p_cols
+        return out, bq * rb * p_cols + br * cb, rb, cb, p_cols, (pr, pc)
 
     def _LinearOffChipLoad(self, node):
         ref = node.inputs.get("ref")
         lead = list(ref.type.shape) if ref is not None else []
         counts = lead + list(node.p("out_shape"))
-        strides, base, rb, cb, p_cols = self._grid_strides(node, node.p("stride"), counts, node.p("base"))
-        new = self.g.load(node.p("tensor"), tile=(self.P, self.P), out_shape=list(node.p("out_shape")) + [rb, cb],
-                          stride=strides + [p_cols, 1], ref=self.ref(ref) if ref is not None else None,
-                          base=base, name=node.name)
+        strides, base, rb, cb, p_cols, ptile = self._grid_strides(node, node.p("stride"), counts, node.p("base"))
+        new_ref = None
+        if ref is not None:
+            new_ref = self.ref(ref)
+            if isinstance(ref.type.dtype, Tile):
+                new_ref = self.per_tile(new_ref, f"{node.name}_ref")
+        new = self.g.load(node.p("tensor"), tile=ptile, out_shape=list(node.p("out_shape")) + [rb, cb],
+                          stride=strides + [p_cols, 1], ref=new_ref, base=base, name=node.name)
         self.out(node, "out", new)
 
     def _LinearOffChipStore(self, node):
         where = f"{node.kind} '{node.name}'"
         spec = self.src.tensors[node.p("tensor")]
         tile = node.tile_type()
-        rb, cb = _blocks(tile, self.P, where)
+        pr, pc, rb, cb = self.phys(tile, where)
+        rb = _static(rb, "tile rows", where)
         if (rb, cb) != (1, 1) and sympy.simplify(as_dim(spec.cols) - tile.cols) != 0:
             raise TilingError(f"{where}: stores of tiles narrower than the tensor ({tile} into "
                               f"{spec.cols} columns) are not supported yet")
-        self.g.store(self.ref(node.inputs["in"]), node.p("tensor"), tile=(self.P, self.P),
+        self.g.store(self.ref(node.inputs["in"]), node.p("tensor"), tile=(pr, pc),
                      base=node.p("base") * rb * cb, name=node.name)
 
-    # ---------------------------------------------------------------- plumbing
+    # ---------------------------------------------------------------- plumbing and routing
     def _Broadcast(self, node):
         outs = self.g.broadcast(self.ref(node.inputs["in"]), node.p("n"), name=node.name)
         for i, o in enumerate(outs):
@@ -131,6 +196,46 @@ class _Lowering:
 
     def _Output(self, node):
         self.g.output(self.ref(node.inputs["in"]), name=node.name)
+
+    def _SelectorSource(self, node):
+        self.out(node, "out", self.g.add("SelectorSource", node.name, {}, **dict(node.params)).out)
+
+    def _Partition(self, node):
+        outs = self.g.partition(self.ref(node.inputs["in"]), self.ref(node.inputs["sel"]), node.p("n"),
+                                rank=node.p("rank") + 2, name=node.name)
+        for i, o in enumerate(outs):
+            self.out(node, f"out{i}", o)
+
+    def _Reassemble(self, node):
+        ins = [self.ref(node.inputs[f"in{i}"]) for i in range(node.p("n"))]
+        self.out(node, "out", self.g.reassemble(ins, self.ref(node.inputs["sel"]), rank=node.p("rank") + 2,
+                                                k=node.p("k"), name=node.name))
+
+    def _Promote(self, node):
+        self.out(node, "out", self.g.promote(self.ref(node.inputs["in"]), name=node.name))
+
+    def _Flatten(self, node):
+        self.out(node, "out", self.g.flatten(self.ref(node.inputs["in"]), node.p("lo") + 2, node.p("hi") + 2,
+                                             name=node.name))
+
+    def _RepeatStatic(self, node):
+        where = f"RepeatStatic '{node.name}'"
+        if not isinstance(node.t("in").dtype, Tile):
+            raise TilingError(f"{where}: only streams of tiles can be repeated by hierarchical tiling yet")
+        buf = self.g.bufferize(self.ref(node.inputs["in"]), 2, name=f"{node.name}_buf")
+        self.out(node, "out", self.g.streamify(buf, repeat=node.p("count"), name=node.name))
+
+    def _FlatMap(self, node):
+        where = f"FlatMap '{node.name}'"
+        f = node.p("fn")
+        if f.name != "retile_streamify":
+            raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
+        pr = self.phys(node.t("in").dtype, where)[0]
+        if pr != 1:
+            raise TilingError(f"{where}: retile_streamify of tiles with {self.P}-row physical tiles is not "
+                              f"supported yet (only row tiles: a dynamic or non-multiple row count)")
+        # [..., R, C/P] of [1, P] -> [..., R, 1, C/P]: each row its own block
+        self.out(node, "out", self.g.reshape(self.ref(node.inputs["in"]), 1, 1, name=node.name))
 
     # ---------------------------------------------------------------- compute
     def _Map(self, node):
@@ -142,16 +247,26 @@ class _Lowering:
             return
         if f.name not in ELEMENTWISE:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
-        shapes = {(node.t(p).dtype.rows, node.t(p).dtype.cols) for p in node.input_ports()}
-        if len(shapes) != 1:
-            raise TilingError(f"{where}: broadcasting operands {sorted(map(str, shapes))} are not supported "
+        tiles = [node.t(p).dtype for p in node.input_ports()]
+        phys = [self.phys(t, f"{where} port '{p}'") for t, p in zip(tiles, node.input_ports())]
+        if len(tiles) == 2 and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
+                tuple(map(as_dim, (tiles[0].rows, tiles[0].cols))):
+            if phys[0][0] != 1 or phys[0][2] != 1:
+                raise TilingError(f"{where}: a [1, 1] operand broadcasts over single rows only "
+                                  f"(got {tiles[0]})")
+            # the scalar's block [1, 1] -> [1, C/P]: repeat it along the row
+            rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
+            ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
+        elif len({(t.rows, t.cols) for t in tiles}) != 1:
+            raise TilingError(f"{where}: broadcasting operands {sorted(map(str, tiles))} are not supported "
                               f"by hierarchical tiling yet")
-        _blocks(node.t("in0").dtype, self.P, where)
         self.out(node, "out", self.g.map(ins, f, name=node.name))
 
     def _matmul(self, node, ins, f):
         where = f"Map '{node.name}'"
         a_t, b_t = node.t("in0").dtype, node.t("in1").dtype
+        if self.phys(a_t, where)[0] == 1:
+            return self._row_matmul(node, ins, f)
         mb, kb = _blocks(a_t, self.P, where)
         tb = f.param("transpose_b")
         nb = _blocks(b_t, self.P, where)[0 if tb else 1]
@@ -166,14 +281,45 @@ class _Lowering:
         acc_t = prod.type.dtype.dtype.name
         return self.g.accum(prod, "add", fn("zeros", rows=self.P, cols=self.P, dtype=acc_t), rank=1, name=pre)
 
+    def _row_matmul(self, node, ins, f):
+        """``[N, K] x [K, M]`` with row tiles: each row's ``K/P`` tiles are buffered and read once per
+        output block; the ``[K, M]`` operand is buffered once and re-read for every row."""
+        where = f"Map '{node.name}'"
+        if f.param("transpose_b"):
+            raise TilingError(f"{where}: a transposed matmul of row tiles is not supported yet")
+        kb, nb = _blocks(node.t("in1").dtype, self.P, where)
+        a, b = ins
+        pre = node.name
+        a_buf, a_rows = self.g.broadcast(a, 2, name=f"{pre}_split_a")
+        rows = self.g.accum(a_rows, "add", fn("zeros", rows=1, cols=self.P, dtype="int32"), rank=1,
+                            name=f"{pre}_rows")
+        a_rd = self.g.streamify(self.g.bufferize(a_buf, 1, name=f"{pre}_buf_a"), read_shape=[nb, kb],
+                                read_stride=[0, 1], name=f"{pre}_read_a")
+        b_rd = self.g.streamify(self.g.bufferize(b, 2, name=f"{pre}_buf_b"), ref=rows, read_shape=[nb, kb],
+                                read_stride=[1, nb], name=f"{pre}_read_b")
+        prod = self.g.map([a_rd, b_rd], f, name=f"{pre}_tiles")
+        acc_t = prod.type.dtype.dtype.name
+        return self.g.accum(prod, "add", fn("zeros", rows=1, cols=self.P, dtype=acc_t), rank=1, name=pre)
+
     def _Accum(self, node):
         upd, init = node.p("update"), node.p("init")
         where = f"Accum '{node.name}'"
+        if upd.name == "retile_row" and node.p("rank") == 1 and not node.p("keep"):
+            # [..., n, rb, cb] of row tiles -> [..., n·rb, cb]: the rows already are the packed tile's blocks
+            self.phys(node.t("in").dtype, where)
+            if self.phys(node._state, where)[0] != 1:
+                raise TilingError(f"{where}: retile_row into a tile with {self.P}-row physical tiles is not "
+                                  f"supported yet (only a dynamic or non-multiple row count)")
+            self.out(node, "out", self.g.flatten(self.ref(node.inputs["in"]), 1, 2, name=node.name))
+            return
         if node.p("keep") or upd.name not in ("add", "max") or init.name not in ("zeros", "lowest"):
-            raise TilingError(f"{where}: only add/max accumulations from zeros/lowest are supported by "
-                              f"hierarchical tiling yet")
-        _blocks(node._state, self.P, where)
-        new_init = fn(init.name, rows=self.P, cols=self.P, dtype=init.param("dtype"))
+            raise TilingError(f"{where}: only add/max accumulations from zeros/lowest and retile_row are "
+                              f"supported by hierarchical tiling yet")
+        pr, pc, _, _ = self.phys(node._state, where)
+        if (pr, pc) != self.phys(node.t("in").dtype, where)[:2]:
+            raise TilingError(f"{where}: an element {node.t('in').dtype} broadcast into the state "
+                              f"{node._state} is not supported by hierarchical tiling yet")
+        new_init = fn(init.name, rows=pr, cols=pc, dtype=init.param("dtype"))
         self.out(node, "out", self.g.accum(self.ref(node.inputs["in"]), upd, new_init, rank=node.p("rank"),
                                            keep=2, name=node.name))
 

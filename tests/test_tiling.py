@@ -46,3 +46,15 @@ def test_partial_physical_tiles_are_reported():
     w = swiglu(32, 64, 128, 16, 32, "int16")
     with pytest.raises(TilingError, match=r"logical tile \[16, 64\] is not a multiple of the physical tile 3x3"):
         tile_physical(w.graph, 3)
+
+
+def test_moe_dynamic_tiling_lowers_to_row_tiles(routing):
+    """Dynamic token tiles [N_e, H] become dynamic streams of [1, P] row tiles; same result, same bytes."""
+    from step_hdl.workloads.moe import moe
+    w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")
+    lowered = tile_physical(w.graph, 4)
+    res = run(lowered, w.tensors, w.streams)
+    assert w.mismatches(res) == {}
+    assert res.offchip_bytes == w.run().offchip_bytes
+    shapes = {t.payload.shape for t in res.edges["e0_gate_proj_tiles.out"] if t.is_data}
+    assert shapes == {(1, 4)}
