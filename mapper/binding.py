@@ -37,9 +37,11 @@ def bind(graph, fabric: Fabric) -> Binding:
                 continue
             t = ref.type.dtype
             rows = getattr(t, "rows", None)
-            if rows is not None and (t.rows != 1 or t.cols != 1) and (t.rows != fabric.tile or t.cols != fabric.tile):
+            # physical tiles: P x P, or the partial ones of row-tiled streams ([1, P] rows, [1, 1] scalars)
+            if rows is not None and (t.rows, t.cols) not in ((fabric.tile, fabric.tile), (1, fabric.tile), (1, 1)):
                 problems.append(f"{node.kind} '{node.name}' port '{port}' carries {t} tiles; the fabric's "
-                                f"physical tile is {fabric.tile}x{fabric.tile} (run the tiling pass first)")
+                                f"physical tile is {fabric.tile}x{fabric.tile} (or [1, {fabric.tile}] rows; "
+                                f"run the tiling pass first)")
         if node.kind == "Map" and node.p("fn").name not in fabric.map_functions:
             problems.append(f"Map '{node.name}' needs function {node.p('fn').name!r}; the fabric's Map units "
                             f"support {', '.join(fabric.map_functions)}")

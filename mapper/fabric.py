@@ -142,7 +142,10 @@ def needed_units(graph) -> dict[str, int]:
 
 def _static(expr, bindings, what):
     import sympy
-    v = sympy.sympify(expr).subs(bindings or {})
+    v = sympy.sympify(expr)
+    # by name: the graph's dimension symbols carry assumptions that a plain name would not match
+    names = {str(k): val for k, val in (bindings or {}).items()}
+    v = v.subs({sym: names[sym.name] for sym in v.free_symbols if sym.name in names})
     if not v.is_Integer:
         raise FabricError(f"{what} is {v}, not a static size; pass bindings for the dynamic sizes")
     return int(v)

@@ -58,8 +58,9 @@ def _compare(name, before, after, outputs):
 
 
 def lower(graph: Graph, fabric: Fabric | int, tensors: dict | None = None, streams: dict | None = None,
-          dtype: str = "int16") -> Lowered:
-    """Run the mapping flow; ``fabric`` may be a Fabric or a tile size (fabric sized to fit)."""
+          dtype: str = "int16", bindings: dict | None = None) -> Lowered:
+    """Run the mapping flow; ``fabric`` may be a Fabric or a tile size (fabric sized to fit, with
+    ``bindings`` for the dynamic sizes)."""
     tile = fabric.tile if isinstance(fabric, Fabric) else fabric
     probe = Fabric(tile=tile, dtype=dtype, units={}) if not isinstance(fabric, Fabric) else fabric
     stages = []
@@ -71,5 +72,5 @@ def lower(graph: Graph, fabric: Fabric | int, tensors: dict | None = None, strea
         stages.append((p.name, g))
         if reference is not None:
             _compare(p.name, reference, run(g, tensors, streams), outputs)
-    fab = fabric if isinstance(fabric, Fabric) else fabric_for(g, tile, dtype)
+    fab = fabric if isinstance(fabric, Fabric) else fabric_for(g, tile, dtype, bindings=bindings)
     return Lowered(g, fab, bind(g, fab), stages)

@@ -23,8 +23,9 @@ Interface of :class:`FabricTop` (``docs/architecture.md`` has the table):
 ``mem0 .. mem{n-1}``
     one memory port per off-chip unit (request/response streams of
     :mod:`step_hdl.units.memport`), in :attr:`Design.mem_units` order.
-``ctr_addr`` / ``ctr_data`` (counter read-back, combinational)
-    counter ``k`` of :meth:`Design.counter_names`: ``cycles`` (start to done),
+``ctr_addr`` / ``ctr_data`` (counter read-back, combinational; only with ``counters=True``, the default)
+    testbench instrumentation, left out for synthesis (``FabricTop(design, counters=False)``
+    builds no counter registers and has no ``ctr_*`` ports): counter ``k`` of :meth:`Design.counter_names`: ``cycles`` (start to done),
     ``bytes_read``, ``bytes_written``, ``idle``, per unit ``<unit>.active``
     (cycles with a transfer on any of its ports) and ``<unit>.stalled`` (no
     transfer, an output blocked by a full FIFO), per edge ``<edge>.produced``
@@ -129,7 +130,10 @@ class Program:
 
     ``config``: packed top-level configuration writes (``addr | data << 16``);
     ``tensors``: name -> (byte address, rows, cols, dtype) in the off-chip image,
-    tile by tile with the fabric's physical tile (:mod:`step_hdl.units.memport`).
+    tile by tile (:mod:`step_hdl.units.memport`) with the tensor's physical tile
+    ``tiles[name]`` (``P x P``, or ``[1, P]`` rows / ``[1, 1]`` scalars for
+    row-tiled tensors, several of which share one memory word); every tensor
+    starts on a memory word (:attr:`word_bytes`, the widest port's tile).
     """
 
     design: Design
@@ -137,6 +141,8 @@ class Program:
     tensors: dict
     bindings: dict
     notes: list = field(default_factory=list)
+    tiles: dict = field(default_factory=dict)
+    word_bytes: int = 0
 
 
 
@@ -234,13 +240,43 @@ def _spec_accum(node, graph, fab):
 
 
 def _spec_broadcast(node, graph, fab):
+    from step_hdl.types import Selector
+    if isinstance(node.t("in").dtype, Selector):
+        return "Broadcast", {"selector": node.t("in").dtype.n, "max_rank": fab.max_rank, "n": node.p("n")}
     t = _tile(node.t("in"), f"Broadcast '{node.name}'")
     return "Broadcast", {"rows": int(t.rows), "cols": int(t.cols), "dtype": t.dtype.name,
                          "max_rank": fab.max_rank, "n": node.p("n")}
 
 
+def _spec_routing(node, graph, fab):
+    from step_hdl.units.routing import RoutingParams
+    t = _tile(node.t("in0" if node.kind in ("Reassemble", "EagerMerge") else "in"), f"{node.kind} '{node.name}'")
+    return node.kind, RoutingParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, n=node.p("n"))
+
+
+def _spec_shape(node, graph, fab):
+    from step_hdl.units.params import StreamParams
+    from step_hdl.units.shape import RepeatParams, ReshapeParams
+    t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
+    cls = {"RepeatStatic": RepeatParams, "Reshape": ReshapeParams}.get(node.kind, StreamParams)
+    return node.kind, cls(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank)
+
+
+def _spec_source(node, graph, fab):
+    from step_hdl.units.source import SourceParams
+    length = sympy.sympify(node.out_types["out"].shape[0])
+    if not length.is_Integer:
+        raise FabricError(f"SelectorSource '{node.name}': its length {length} must be static (it sizes the "
+                          f"unit's memory)")
+    return "SelectorSource", SourceParams(n=node.p("n"), capacity=1 << max(0, int(length) - 1).bit_length(),
+                                          max_rank=fab.max_rank)
+
+
 SPECS = {"LinearOffChipLoad": _spec_load, "LinearOffChipStore": _spec_store, "Bufferize": _spec_buffer,
-         "Map": _spec_map, "Accum": _spec_accum, "Broadcast": _spec_broadcast}
+         "Map": _spec_map, "Accum": _spec_accum, "Broadcast": _spec_broadcast,
+         "Partition": _spec_routing, "Reassemble": _spec_routing, "EagerMerge": _spec_routing,
+         "Promote": _spec_shape, "Flatten": _spec_shape, "RepeatStatic": _spec_shape, "Reshape": _spec_shape,
+         "SelectorSource": _spec_source}
 
 
 def _streamify_of(node, graph):
@@ -254,8 +290,11 @@ def _streamify_of(node, graph):
 # ----------------------------------------------------------------------------- plan
 
 def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | None = None,
-         tensor_order=None) -> tuple[Design, Program]:
+         tensor_order=None, sources: dict | None = None) -> tuple[Design, Program]:
     """The design and program of a graph lowered to ``fabric``'s physical tile.
+
+    ``sources`` maps each SelectorSource node to its selector masks (ints) for this
+    program (they go into the configuration image).
 
     Raises :class:`FabricError` naming the node for an operator or stream type
     the top-level generator has no unit for, and for a graph whose edge FIFOs
@@ -315,7 +354,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     for made_unit in made.values():
         made_unit._MustUse__silence = True
     design = Design(name, fabric, tuple(units), tuple(edges))
-    program = configure(design, graph, bindings, tensor_order, made)
+    program = configure(design, graph, bindings, tensor_order, made, sources)
     program.notes = notes
     return design, program
 
@@ -331,36 +370,59 @@ def _port_fmt(unit, port):
 
 def make_unit(spec: UnitSpec):
     """The Amaranth unit of a :class:`UnitSpec`."""
-    from step_hdl.units import compute, memory, stream as ustream
-    from step_hdl.units.layout import TokenFormat, tile_format
+    from step_hdl.units import compute, memory, routing, shape, source, stream as ustream
+    from step_hdl.units.layout import SelectorFormat, TokenFormat, tile_format
     if spec.cls == "Broadcast":
         p = spec.params
-        fmt = TokenFormat(tile_format(p["dtype"], p["rows"], p["cols"]), p["max_rank"])
+        payload = SelectorFormat(p["selector"]) if "selector" in p else tile_format(p["dtype"], p["rows"], p["cols"])
+        fmt = TokenFormat(payload, p["max_rank"])
         b = ustream.Broadcast(fmt.layout, p["n"])
         b.token_format = fmt
         return b
-    for mod in (memory, compute):
+    for mod in (memory, compute, routing, shape, source):
         cls = getattr(mod, spec.cls, None)
         if cls is not None:
             return cls(spec.params)
     raise FabricError(f"no unit class {spec.cls!r}")
 
 
-def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, made=None) -> Program:
+def tensor_tiles(graph: Graph, fab: Fabric) -> dict:
+    """name -> physical tile (rows, cols) of every tensor, from the loads and stores that touch it."""
+    tiles: dict = {}
+    for node in graph.nodes.values():
+        if node.kind not in OFFCHIP:
+            continue
+        t = tuple(int(d) for d in node.p("tile"))
+        name = node.p("tensor")
+        if tiles.setdefault(name, t) != t:
+            raise FabricError(f"{node.kind} '{node.name}': tensor {name!r} is accessed in {list(t)} tiles here and "
+                              f"in {list(tiles[name])} tiles elsewhere; one off-chip layout needs one tile shape")
+    return tiles
+
+
+def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, made=None,
+              sources: dict | None = None) -> Program:
     """The :class:`Program` (configuration image, memory layout) of ``graph`` on ``design``."""
+    from step_hdl.types import dtype as make_dtype
     fab = design.fabric
-    tb = tile_bytes(fab)
+    made = made or {u.name: make_unit(u) for u in design.units}
+    tiles = tensor_tiles(graph, fab)
+    word = max([made[n].params.port.word_bytes for n in design.mem_units] or [tile_bytes(fab)])
     tensors, addr = {}, 0
     order = list(tensor_order or graph.tensors)
     for tname in order:
         spec = graph.tensors[tname]
         rows, cols = (int(sympy.sympify(d).subs(bindings or {})) for d in (spec.rows, spec.cols))
-        if rows % fab.tile or cols % fab.tile:
+        pr, pc = tiles.setdefault(tname, (fab.tile, fab.tile))
+        if rows % pr or cols % pc:
             raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "
-                              f"{fab.tile}x{fab.tile} physical tiles")
+                              f"{pr}x{pc} physical tiles")
+        tb = pr * pc * make_dtype(spec.dtype.name).bytes
+        if word % tb:
+            raise FabricError(f"tensor {tname!r}: its {pr}x{pc} tiles ({tb} bytes) do not divide the "
+                              f"{word}-byte memory word")
         tensors[tname] = (addr, rows, cols, spec.dtype.name)
-        addr += (rows // fab.tile) * (cols // fab.tile) * tb
-    made = made or {u.name: make_unit(u) for u in design.units}
+        addr += -(-(rows // pr) * (cols // pc) * tb // word) * word
     config = []
     for k, u in enumerate(design.units):
         unit = made[u.name]
@@ -371,9 +433,10 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
         if u.cls in OFFCHIP:
             words = unit.configure(dict(node.params), in_types, tensor_addr=tensors[node.p("tensor")][0],
                                    bindings=bindings)
-            if u.cls == "LinearOffChipLoad":
-                start = unit.regs.index["start"]
-                words = [w for w in words if w & 0xFF != start]     # the top's start pulse writes it
+        elif u.cls == "SelectorSource":
+            if node.name not in (sources or {}):
+                raise FabricError(f"SelectorSource '{node.name}': no selector values for this program")
+            words = unit.configure(dict(node.params), in_types, values=sources[node.name])
         elif u.cls == "OnChipBuffer":
             sf = graph.nodes[u.nodes[1]]
             op = {"rank": node.p("rank"), "repeat": sf.params.get("repeat"),
@@ -383,13 +446,18 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
             words = unit.configure(op, in_types, bindings=bindings)
         elif u.cls == "Map":
             words = unit.configure({"fn": node.p("fn"), "n": node.p("n")}, in_types)
-        else:
+        elif u.cls in ("Accum", "Scan"):
             op = {k2: node.params.get(k2) for k2 in ("update", "init", "rank")}
             if node.params.get("keep"):
                 op["keep"] = node.params["keep"]
             words = unit.configure(op, in_types)
+        else:
+            words = unit.configure(dict(node.params), in_types)
+        if "start" in unit.regs.index:
+            start = unit.regs.index["start"]
+            words = [w for w in words if w & 0xFF != start]     # the top's start pulse writes it
         config += [pack_config(k, w) for w in words]
-    return Program(design, config, tensors, dict(bindings or {}))
+    return Program(design, config, tensors, dict(bindings or {}), tiles=tiles, word_bytes=word)
 
 
 # ----------------------------------------------------------------------------- the component
@@ -397,13 +465,15 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
 class FabricTop(wiring.Component):
     """The mapped program's hardware (synthesizable); see the module docstring for the interface."""
 
-    def __init__(self, design: Design):
+    def __init__(self, design: Design, counters: bool = True):
         from step_hdl.units.memport import MemPortSignature
         self.design = design
+        self.counters = counters     # testbench instrumentation; False for synthesis (no ctr_* ports)
         self.unit_objs = {u.name: make_unit(u) for u in design.units}
-        self.counter_names = design.counter_names()
-        members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1), "hung": Out(1),
-                   "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS)}
+        self.counter_names = design.counter_names() if counters else []
+        members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1), "hung": Out(1)}
+        if counters:
+            members.update({"ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS)})
         for k, name in enumerate(design.mem_units):
             members[f"mem{k}"] = Out(MemPortSignature(self.unit_objs[name].params.port))
         super().__init__(members)
@@ -431,7 +501,7 @@ class FabricTop(wiring.Component):
             sel = cfg.valid & (cfg.payload.addr[8:] == k)
             m.d.comb += [u.cfg.payload.addr.eq(cfg.payload.addr[:8]), u.cfg.payload.data.eq(cfg.payload.data),
                          u.cfg.valid.eq(sel)]
-            if spec.cls == "LinearOffChipLoad":
+            if "start" in u.regs.index:
                 with m.If(self.start):
                     m.d.comb += [u.cfg.valid.eq(1), u.cfg.payload.addr.eq(u.regs.index["start"]),
                                  u.cfg.payload.data.eq(1)]
@@ -478,6 +548,8 @@ class FabricTop(wiring.Component):
             m.d.sync += idle.eq(0)
         m.d.comb += self.hung.eq(idle >= d.watchdog)
         values["idle"] = idle
+        if not self.counters:
+            return m
 
         def counter(name, inc):
             c = Signal(COUNTER_BITS, name="ctr_" + name.replace(".", "__"))

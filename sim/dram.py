@@ -71,6 +71,14 @@ class DramModel(wiring.Component):
     resp_depth : int
         Responses each port's response queue holds: accepted requests whose
         response has not been transferred yet.
+    port_bytes : sequence of int, optional
+        Data bytes of each port's requests (default: ``word_bytes`` for every
+        port). A narrower port (bytes dividing ``word_bytes``) reads and
+        writes the sub-word at ``addr % word_bytes`` of word
+        ``addr // word_bytes`` (read data shifted down, a write touches only
+        those bytes): one tile of a row-tiled tensor is such a sub-word, so
+        tensors of different physical tiles share one array densely. Its data
+        bits above ``8 * port_bytes`` read as 0 and are ignored on writes.
 
     Attributes
     ----------
@@ -152,7 +160,7 @@ class DramModel(wiring.Component):
     """
 
     def __init__(self, shape: MemPortShape, ports: int, params: DramParams, depth: int, init=(),
-                 resp_depth: int = 64):
+                 resp_depth: int = 64, port_bytes=None):
         owner = "DramModel"
         try:
             if not isinstance(shape, MemPortShape):
@@ -171,6 +179,13 @@ class DramModel(wiring.Component):
                 raise ParamError(f"{owner}: latency must be <= {MAX_LATENCY}, got {params.latency}")
             if params.interval > MAX_INTERVAL:
                 raise ParamError(f"{owner}: interval must be <= {MAX_INTERVAL}, got {params.interval}")
+            port_bytes = list(port_bytes) if port_bytes is not None else [shape.word_bytes] * ports
+            if len(port_bytes) != ports:
+                raise ParamError(f"{owner}: port_bytes lists {len(port_bytes)} ports, expected {ports}")
+            for p, b in enumerate(port_bytes):
+                if isinstance(b, bool) or not isinstance(b, int) or b < 1 or shape.word_bytes % b:
+                    raise ParamError(f"{owner}: port_bytes[{p}] must be a positive divisor of the "
+                                     f"{shape.word_bytes}-byte word, got {b!r}")
             init = list(init)
             if len(init) > depth:
                 raise ParamError(f"{owner}: {len(init)} initial words (init) exceed depth {depth}")
@@ -187,6 +202,7 @@ class DramModel(wiring.Component):
             raise
         self.shape, self.ports, self.params = shape, ports, params
         self.depth, self.init, self.resp_depth = depth, init, resp_depth
+        self.port_bytes = tuple(port_bytes)
         members = {f"port{p}": In(MemPortSignature(shape)) for p in range(ports)}
         members.update({"load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
                         "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)})
@@ -387,13 +403,27 @@ class DramModel(wiring.Component):
         in_range = Signal()
         m.d.comb += [word.eq(_div(req.addr, WB)), in_range.eq(word < self.depth),
                      rd_addr.eq(Mux(in_range, word, 0))]
+        rd_sub, wr_word = rd_data, req.wdata
+        if any(b != WB for b in self.port_bytes):
+            # narrow ports: the sub-word at byte offset addr % WB (read shifted down, written in place)
+            shift = Signal(range(8 * WB), name="sub_shift")
+            pmask = Signal(s.data_bits, name="sub_mask")
+            m.d.comb += shift.eq(_mod(req.addr, WB) * 8)
+            with m.Switch(grant):
+                for p, b in enumerate(self.port_bytes):
+                    with m.Case(p):
+                        m.d.comb += pmask.eq((1 << (8 * b)) - 1)
+            rd_sub = Signal(s.data_bits, name="rd_sub")
+            wr_word = Signal(s.data_bits, name="wr_sub")
+            m.d.comb += [rd_sub.eq((rd_data >> shift) & pmask),
+                         wr_word.eq((rd_data & ~(pmask << shift)) | ((req.wdata & pmask) << shift))]
         with m.If(self.load_en):
             m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
                          wr_data.eq(self.load_data)]
         with m.Elif(accept & req.write):
-            m.d.comb += [wr_en.eq(in_range), wr_addr.eq(word), wr_data.eq(req.wdata)]
+            m.d.comb += [wr_en.eq(in_range), wr_addr.eq(word), wr_data.eq(wr_word)]
         with m.Elif(accept):
-            m.d.comb += [wr_en.eq(1), wr_addr.eq(slot), wr_data.eq(Mux(in_range, rd_data, 0))]
+            m.d.comb += [wr_en.eq(1), wr_addr.eq(slot), wr_data.eq(Mux(in_range, rd_sub, 0))]
 
         # blocks of the accepted request
         nbytes = Signal(range(WB + 1))

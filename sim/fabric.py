@@ -57,11 +57,14 @@ class FabricHarness(wiring.Component):
         from amaranth.lib import stream
         self.design, self.dram_params, self.depth = design, dram, depth
         self.top = FabricTop(design)
-        shapes = {self.top.unit_objs[n].params.port for n in design.mem_units}
-        if len(shapes) > 1:
-            raise RtlError(f"the DRAM model serves one word width; the memory ports have {sorted(map(str, shapes))}")
-        shape = shapes.pop()
-        self.dram = DramModel(shape, max(1, len(design.mem_units)), dram, depth, init)
+        shapes = [self.top.unit_objs[n].params.port for n in design.mem_units]
+        # one word array as wide as the widest port; narrower ports (row tiles) access sub-words
+        shape = max(shapes, key=lambda sh: sh.data_bits) if shapes else None
+        if shape is None:
+            from step_hdl.units.memport import MemPortShape
+            shape = MemPortShape()
+        self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init,
+                              port_bytes=[sh.word_bytes for sh in shapes] or None)
         super().__init__({"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
                           "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
                           "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
@@ -78,7 +81,20 @@ class FabricHarness(wiring.Component):
                      dram.load_data.eq(self.load_data), dram.peek_addr.eq(self.peek_addr),
                      self.peek_data.eq(dram.peek_data)]
         for k in range(len(self.design.mem_units)):
-            wiring.connect(m, getattr(top, f"mem{k}"), getattr(dram, f"port{k}"))
+            src, dst = getattr(top, f"mem{k}"), getattr(dram, f"port{k}")
+            if src.signature == wiring.flipped(dst).signature:
+                wiring.connect(m, src, dst)
+                continue
+            # a narrower port: same fields, data zero-extended / truncated (the DRAM masks the sub-word)
+            m.d.comb += [dst.req.valid.eq(src.req.valid), src.req.ready.eq(dst.req.ready),
+                         dst.req.payload.addr.eq(src.req.payload.addr),
+                         dst.req.payload.bytes.eq(src.req.payload.bytes),
+                         dst.req.payload.write.eq(src.req.payload.write),
+                         dst.req.payload.wdata.eq(src.req.payload.wdata),
+                         dst.req.payload.tag.eq(src.req.payload.tag),
+                         src.resp.valid.eq(dst.resp.valid), dst.resp.ready.eq(src.resp.ready),
+                         src.resp.payload.rdata.eq(dst.resp.payload.rdata),
+                         src.resp.payload.tag.eq(dst.resp.payload.tag)]
         return m
 
 
@@ -108,8 +124,30 @@ class Prepared:
         return job
 
     def expected_words(self, name) -> list[int]:
-        fab = self.design.fabric
-        return pack_tensor(self.expected[name], tile_format(self.program.tensors[name][3], fab.tile, fab.tile))
+        return tensor_words(self.program, name, self.expected[name])
+
+
+def _fmt(program: Program, name: str):
+    return tile_format(program.tensors[name][3], *program.tiles[name])
+
+
+def tensor_words(program: Program, name: str, arr) -> list[int]:
+    """Memory words of tensor ``name`` holding ``arr``: its tiles in order, ``word_bytes // tile bytes`` per
+    word (the first in the low bits), the last word padded with zeros."""
+    fmt = _fmt(program, name)
+    tiles = pack_tensor(arr, fmt)
+    per = program.word_bytes * 8 // fmt.width
+    return [sum(t << (fmt.width * j) for j, t in enumerate(tiles[i:i + per])) for i in range(0, len(tiles), per)]
+
+
+def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
+    """Inverse of :func:`tensor_words`."""
+    fmt = _fmt(program, name)
+    rows, cols = program.tensors[name][1:3]
+    per = program.word_bytes * 8 // fmt.width
+    mask = (1 << fmt.width) - 1
+    tiles = [int(w) >> (fmt.width * j) & mask for w in words for j in range(per)]
+    return unpack_tensor(tiles, rows, cols, fmt)
 
 
 def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_passes: bool = False,
@@ -121,23 +159,26 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     if not workload.dtype.is_int:
         raise FabricError(f"the hardware units compute on integer element types (int8, int16, int32); this "
                           f"workload uses {workload.dtype.name} (on the command line: --dtype int16)")
-    lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt)
-    fab = fabric if isinstance(fabric, Fabric) else fabric_for(lo.graph, fabric, dt, bindings=workload.subs)
-    design, program = plan(lo.graph, fab, name or workload.graph.name, bindings=workload.subs)
+    lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt,
+               bindings=workload.subs)
+    fab = lo.fabric
     ref = interp_run(workload.graph, workload.tensors, workload.streams)
+    # selector sources: this program's masks (configuration data), as the interpreter produced them
+    sources = {n.name: [t.payload for t in ref.edges[f"{n.name}.out"] if t.is_data]
+               for n in lo.graph.nodes.values() if n.kind == "SelectorSource"}
+    design, program = plan(lo.graph, fab, name or workload.graph.name, bindings=workload.subs, sources=sources)
     stores = [n.p("tensor") for n in workload.graph.nodes.values() if n.kind in ("LinearOffChipStore",)]
     image, outputs = [], {}
-    tb = fab.tile * fab.tile
     for tname, (addr, rows, cols, tdt) in program.tensors.items():
-        fmt = tile_format(tdt, fab.tile, fab.tile)
         arr = workload.tensors.get(tname)
         if arr is None:
-            arr = np.zeros((rows, cols), dtype=fmt.dtype.numpy)
-        first = addr // (fmt.width // 8)
-        assert first == len(image)
-        image += pack_tensor(arr, fmt)
+            arr = np.zeros((rows, cols), dtype=_fmt(program, tname).dtype.numpy)
+        first = addr // program.word_bytes
+        image += [0] * (first - len(image))
+        words = tensor_words(program, tname, arr)
+        image += words
         if tname in stores:
-            outputs[tname] = (first, (rows * cols) // tb)
+            outputs[tname] = (first, len(words))
     return Prepared(design, program, image, outputs, {t: ref.memory[t] for t in outputs}, ref.offchip_bytes, lo)
 
 
@@ -232,10 +273,8 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
                                for e in design.edges
                                if counters[f"{e.label}.produced"] != counters[f"{e.label}.consumed"]})
     mism = {}
-    fab = design.fabric
     for name, (first, n) in prep.outputs.items():
-        rows, cols, tdt = prep.program.tensors[name][1:]
-        got = unpack_tensor(words[name], rows, cols, tile_format(tdt, fab.tile, fab.tile))
+        got = tensor_of_words(prep.program, name, words[name])
         want = prep.expected[name]
         if not np.array_equal(got, want):
             diff = np.argwhere(got != want)

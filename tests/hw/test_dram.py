@@ -415,6 +415,46 @@ def test_backdoor_load_and_peek():
     assert log == [(words[4], 9), (words[5], 9), (0, 1), (0, 1), (0, 1)]
 
 
+def test_narrow_port_reads_and_writes_sub_words():
+    """A 2-byte port beside a full 8-byte port: it reads the sub-word at addr % 8 and writes only its
+    bytes, so row-tiled and square-tiled tensors share the array densely."""
+    shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4)
+    params = DramParams(channels=2, request_bytes=8, latency=2, interval=1, inflight=4)
+    word = 0x8877665544332211
+    dut = DramModel(shape, 2, params, 4, init=[word, 0], port_bytes=[8, 2])
+    got = []
+
+    async def request(ctx, p, write, addr, wdata=0):
+        ctx.set(p.req.payload, {"addr": addr, "bytes": 2 if p is dut.port1 else 8, "write": write,
+                                "wdata": wdata, "tag": 0})
+        ctx.set(p.req.valid, 1)
+        while not (await ctx.tick().sample(p.req.ready))[-1]:
+            pass
+        ctx.set(p.req.valid, 0)
+        ctx.set(p.resp.ready, 1)
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(p.resp.valid, p.resp.payload)
+            if valid:
+                ctx.set(p.resp.ready, 0)
+                return payload.rdata
+
+    async def tb(ctx):
+        for off in (0, 2, 4, 6):
+            got.append(await request(ctx, dut.port1, 0, off))
+        await request(ctx, dut.port1, 1, 8 + 4, 0xFFFFBEEF)      # high data bits are ignored
+        await request(ctx, dut.port1, 1, 2, 0xCAFE)
+        got.append(await request(ctx, dut.port0, 0, 0))
+        got.append(await request(ctx, dut.port0, 0, 8))
+
+    simulate(dut, [tb], 400)
+    assert got == [0x2211, 0x4433, 0x6655, 0x8877, 0x88776655CAFE2211, 0xBEEF << 32]
+
+
+def test_bad_port_bytes():
+    with pytest.raises(ParamError, match=r"port_bytes\[0\] must be a positive divisor of the 8-byte word"):
+        DramModel(MemPortShape(data_bits=64), 1, BASE, 4, port_bytes=[3])
+
+
 BASE = DramParams(channels=2, request_bytes=8, latency=2, interval=1, inflight=4)
 
 
