@@ -127,5 +127,5 @@ def config_report(prep) -> dict:
         regs = [{"addr": i, "name": r.name, "width": r.width} for i, r in
                 enumerate(obj.regs.regs)] if hasattr(obj, "regs") else []
         units.append({"index": k, "name": u.name, "class": u.cls, "registers": regs})
-    return {"format": "addr | data << 16, addr = unit index << 8 | register", "writes": prep.program.config,
+    return {"format": "addr | data << 24, addr = unit index << 8 | register", "writes": prep.program.config,
             "units": units}

@@ -54,7 +54,10 @@ from .fabric import Fabric, FabricError
 from .fifo import UNBOUNDED, fifo_depths
 
 #: top-level configuration port: 8 register address bits below the unit index
-TOP_CFG_LAYOUT = data.StructLayout({"addr": unsigned(16), "data": unsigned(32)})
+#: address bits of a top-level configuration write: 16 bits of unit index (a fabric of thousands of units)
+#: above the 8 register bits
+TOP_CFG_ADDR_BITS = 24
+TOP_CFG_LAYOUT = data.StructLayout({"addr": unsigned(TOP_CFG_ADDR_BITS), "data": unsigned(32)})
 COUNTER_BITS = 32
 #: kinds that touch off-chip memory (one memory port each)
 OFFCHIP = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
@@ -128,7 +131,7 @@ class Design:
 class Program:
     """What one program writes into a :class:`Design`: configuration and memory layout.
 
-    ``config``: packed top-level configuration writes (``addr | data << 16``);
+    ``config``: packed top-level configuration writes (``addr | data << 24``);
     ``tensors``: name -> (byte address, rows, cols, dtype) in the off-chip image,
     tile by tile (:mod:`step_hdl.units.memport`) with the tensor's physical tile
     ``tiles[name]`` (``P x P``, or ``[1, P]`` rows / ``[1, 1]`` scalars for
@@ -152,9 +155,13 @@ def tile_bytes(fabric: Fabric) -> int:
 
 
 def pack_config(unit_index: int, word: int) -> int:
-    """A unit's packed configuration write (``addr | data << 8``) as a top-level write."""
+    """A unit's packed configuration write (``addr | data << 8``) as a top-level write
+    (``addr | data << TOP_CFG_ADDR_BITS``)."""
+    if not 0 <= unit_index < 1 << (TOP_CFG_ADDR_BITS - 8):
+        raise FabricError(f"unit index {unit_index} does not fit the {TOP_CFG_ADDR_BITS - 8}-bit unit field of "
+                          f"the configuration address")
     reg, value = word & 0xFF, word >> 8
-    return (unit_index << 8 | reg) | (value << 16)
+    return (unit_index << 8 | reg) | (value << TOP_CFG_ADDR_BITS)
 
 
 # ----------------------------------------------------------------------------- structural parameters per node

@@ -8,7 +8,7 @@ The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
 
 * ``image``: memory words (hex strings) loaded through the DRAM model's backdoor
   port, one per cycle, before reset is released into the run;
-* ``config``: top-level configuration writes (``addr | data << 16``);
+* ``config``: top-level configuration writes (``addr | data << 24``);
 * ``counters``: counter names, read back after the run through ``ctr_addr``;
 * ``outputs``: ``{name: [first word, word count]}`` regions read back through
   ``peek_addr``; with ``expected`` (``{name: [hex words]}``) the test fails on

@@ -6,13 +6,17 @@ every node is a process with a clock, every edge a bounded FIFO (the fabric's
 depth), and every token transfer takes time from a rule derived from the
 fabric:
 
-* moving a tile costs one cycle per physical tile, ``ceil(elements / P²)``,
-  whatever its element type: a stream's payload is one ``P x P`` tile of the
-  stream's own type (``units.layout.TileFormat``, width by dtype), so the int32
-  output of an int16 matmul moves at one tile per cycle like its operands;
-* a Map or Accum element costs ``max(input tiles, FLOPs / compute rate,
-  output tiles)``; a matmul unit does ``P³`` MACs per cycle (``2·P³`` FLOPs),
-  element-wise units one physical tile per cycle;
+* moving a tile costs one cycle per physical tile, counted as the tiling pass
+  cuts it (:func:`step_hdl.mapper.tiling.physical_tiles`: ``P x P`` blocks, or
+  ``[1, P]`` row tiles for a dynamic or non-multiple row count), whatever its
+  element type: a stream's payload is one physical tile of the stream's own
+  type (``units.layout.TileFormat``, width by dtype), so the int32 output of an
+  int16 matmul moves at one tile per cycle like its operands;
+* a Map or Accum element costs ``max(input tiles, compute cycles, output
+  tiles)``; a matmul unit multiplies one pair of physical tiles per cycle
+  (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is not a multiple
+  of ``P``: ``P³`` MACs per cycle on full tiles), element-wise units one
+  physical tile per cycle;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
@@ -49,6 +53,7 @@ from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, Memory, _bindings
+from step_hdl.mapper.tiling import physical_tiles
 from step_hdl.process import Channel, Ports
 from step_hdl.types import Tile, dtype as make_dtype
 
@@ -176,8 +181,12 @@ class TimedMemory(Memory):
     lengths) that decide addresses and sizes, so they are read for real.
     """
 
-    #: elements of a physical tile (the model sets it); the default makes every transfer one port request
-    tile_elems = 1 << 62
+    #: the physical tile side (the model sets it); 0 makes every transfer one port request
+    tile = 0
+
+    def pieces(self, tr: int, tc: int) -> int:
+        """Port requests (physical tiles) of a ``[tr, tc]`` transfer."""
+        return physical_tiles(tr, tc, self.tile) if self.tile else 1
 
     def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
         control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
@@ -201,8 +210,7 @@ class TimedMemory(Memory):
     def _timed(self, node, index, tr, tc):
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
-        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes,
-                                -(-tr * tc // self.tile_elems))
+        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes, self.pieces(tr, tc))
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
@@ -210,10 +218,11 @@ class TimedMemory(Memory):
         """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`)."""
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
-        self.pending.setdefault(node.name, deque()).append((self.base[spec.name] + index * nbytes, nbytes, tr * tc))
+        self.pending.setdefault(node.name, deque()).append((self.base[spec.name] + index * nbytes, nbytes,
+                                                            self.pieces(tr, tc)))
         return nbytes
 
-    def issue(self, name: str, now: int, credits: int, tile_elems: int) -> int:
+    def issue(self, name: str, now: int, credits: int) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
 
         The interpreter's load code reads a whole block of tiles before it sends
@@ -223,22 +232,22 @@ class TimedMemory(Memory):
         leave, so the loads of a fabric share the DRAM tile by tile instead of one
         load's whole stream being served before the next's. As the tile starts to
         leave, the following tiles are issued too while they fit in ``credits``
-        physical tiles (of ``tile_elems`` elements), not counting this one.
+        physical tiles, not counting this one.
         """
         ready = self.ready.setdefault(name, deque())
         held = self.held.setdefault(name, deque())     # physical tiles of each issued tile not yet sent
         pend = self.pending.get(name, ())
 
         def send(now):
-            addr, nbytes, elems = pend.popleft()
-            ready.append(self.dram.access(now, addr, nbytes, -(-elems // tile_elems)))
-            held.append(-(-elems // tile_elems))
+            addr, nbytes, pieces = pend.popleft()
+            ready.append(self.dram.access(now, addr, nbytes, pieces))
+            held.append(pieces)
 
         if not ready and pend:
             send(now)
         use = sum(held) - held[0]                      # ready[0]/held[0]: the tile leaving now
-        while pend and use + -(-pend[0][2] // tile_elems) <= credits:
-            use += -(-pend[0][2] // tile_elems)
+        while pend and use + pend[0][2] <= credits:
+            use += pend[0][2]
             send(now)
         held.popleft()
         return ready.popleft()
@@ -332,8 +341,7 @@ class TimedPorts(Ports):
         """
         cost = self._cost(tok)
         if tok.is_data and self.node.kind in LOADS:
-            ready = self.ctx.memory.issue(self.node.name, self.model.now, self.model.params.mem_inflight,
-                                          self.model.params.vector_elems)
+            ready = self.ctx.memory.issue(self.node.name, self.model.now, self.model.params.mem_inflight)
             cost = max(cost, ready - self.model.now)
         return cost
 
@@ -390,17 +398,18 @@ class Model:
                         bind[d] = n
         self.dram = Dram(params.dram)
         self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only)
-        self.memory.tile_elems = params.tile * params.tile
+        self.memory.tile = params.tile
         self.ctx = Context(self.memory, streams or {}, bind, None)
         self.now = 0
         self.heap: list = []
         self.seq = 0
         self.matmul_flops = 0
         self._info: dict = {}
+        self.P = params.tile
 
     # -- cost rules
     def _tiles(self, payload) -> int:
-        """Physical tiles (stream tokens) a payload takes: ``ceil(elements / P²)`` whatever the element type.
+        """Physical tiles (stream tokens) a payload takes (:func:`physical_tiles`), whatever the element type.
 
         A hardware stream's payload is one physical tile of its own element type
         (``units.layout.TileFormat``: width by dtype), so an int32 accumulator
@@ -408,7 +417,7 @@ class Model:
         by side in one token (``TupleFormat``); anything else (index, selector) is one token.
         """
         if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
-            return -(-payload.shape[0] * payload.shape[1] // self.params.vector_elems)
+            return physical_tiles(payload.shape[0], payload.shape[1], self.P)
         if isinstance(payload, tuple) and payload:
             return max(self._tiles(p) for p in payload)
         return 1
@@ -424,7 +433,7 @@ class Model:
                     t = node.t(port).dtype
                     if isinstance(t, Tile):
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
-                        in_bytes.append(-(-int(r) * int(c) // self.params.vector_elems)
+                        in_bytes.append(physical_tiles(int(r), int(c), self.P)
                                         if r.is_Integer and c.is_Integer else None)
             info = self._info[node.name] = (out_t, in_bytes)
         return info
@@ -449,11 +458,11 @@ class Model:
             m, n = tok.payload.shape
             k = int(a.cols.subs(self.ctx.bindings)) if a.cols.is_Integer or not a.cols.free_symbols - set(
                 self.ctx.bindings) else n
-            flops = 2 * m * k * n
-            self.matmul_flops += flops
-            return math.ceil(flops / self.params.matmul_flops)
+            self.matmul_flops += 2 * m * k * n
+            # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products
+            return physical_tiles(m, k, self.P) * -(-n // self.P)
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
-        return math.ceil(shape[0] * shape[1] / self.params.vector_elems)
+        return physical_tiles(shape[0], shape[1], self.P)
 
     # -- scheduling
     def schedule(self, proc, t):

@@ -58,3 +58,11 @@ def test_moe_dynamic_tiling_lowers_to_row_tiles(routing):
     assert res.offchip_bytes == w.run().offchip_bytes
     shapes = {t.payload.shape for t in res.edges["e0_gate_proj_tiles.out"] if t.is_data}
     assert shapes == {(1, 4)}
+
+
+def test_physical_tiles_follow_the_tiling_rule():
+    from step_hdl.mapper.tiling import physical_tiles
+    assert physical_tiles(32, 64, 16) == 2 * 4          # P x P blocks
+    assert physical_tiles(1, 64, 16) == 4               # one row: [1, P] row tiles
+    assert physical_tiles(13, 64, 4) == 13 * 16         # a non-multiple row count: row tiles
+    assert physical_tiles(1, 1, 4) == physical_tiles(1, 2, 4) == 1
