@@ -970,14 +970,20 @@ class EagerMerge(_Variadic):
         FLOPs of the merged stream.
         """
         first = types[0]
+        sides = None                      # distinct row and column sizes, for one Max each at the end
         for i, t in enumerate(types[1:], 1):
             if t == first:
                 continue
             if isinstance(t, Tile) and isinstance(first, Tile) and t.dtype == first.dtype:
-                first = Tile(first.dtype, *(a if dims_equal(a, b) else sympy.Max(a, b)
-                                            for a, b in ((first.rows, t.rows), (first.cols, t.cols))))
+                sides = sides or ([first.rows], [first.cols])
+                for seen, d in zip(sides, (t.rows, t.cols)):
+                    if not any(dims_equal(s, d) for s in seen):
+                        seen.append(d)
                 continue
             raise self.type_error(f"element type {t} differs from in0's {types[0]}", f"in{i}")
+        if sides:
+            # one n-ary Max: nesting pairwise Maxes costs sympy O(n^3) comparisons (n = 32 inputs: a minute)
+            first = Tile(first.dtype, *(s[0] if len(s) == 1 else sympy.Max(*s) for s in sides))
         return first
 
     def run(self, io):
