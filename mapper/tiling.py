@@ -77,11 +77,12 @@ def _cut(d, P: int):
     return 1, (int(d) if d.is_Integer else d)
 
 
-def physical_tiles(rows: int, cols: int, P: int) -> int:
-    """Physical tiles (stream tokens) of a static ``[rows, cols]`` tile after lowering to ``P``: ``P``-blocks
-    along a dimension that is a multiple of ``P``; otherwise rows become row tiles and columns
-    ``ceil(cols / P)`` pieces (the approximate model uses this to count transfers like the RTL)."""
-    return _cut(rows, P)[1] * -(-int(cols) // P)
+def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
+    """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: ``P``-blocks
+    along a dimension that is a multiple of ``P``; otherwise (or when the row count is dynamic, whatever its
+    value in a run) rows become row tiles, and columns ``ceil(cols / P)`` pieces. The approximate model uses
+    this to count transfers like the RTL."""
+    return (int(rows) if dynamic_rows else _cut(rows, P)[1]) * -(-int(cols) // P)
 
 
 def _phys(tile: Tile, P: int, where: str):

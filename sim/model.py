@@ -408,7 +408,7 @@ class Model:
         self.P = params.tile
 
     # -- cost rules
-    def _tiles(self, payload) -> int:
+    def _tiles(self, payload, dynamic_rows: bool = False) -> int:
         """Physical tiles (stream tokens) a payload takes (:func:`physical_tiles`), whatever the element type.
 
         A hardware stream's payload is one physical tile of its own element type
@@ -417,7 +417,7 @@ class Model:
         by side in one token (``TupleFormat``); anything else (index, selector) is one token.
         """
         if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
-            return physical_tiles(payload.shape[0], payload.shape[1], self.P)
+            return physical_tiles(payload.shape[0], payload.shape[1], self.P, dynamic_rows)
         if isinstance(payload, tuple) and payload:
             return max(self._tiles(p) for p in payload)
         return 1
@@ -435,23 +435,25 @@ class Model:
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
                         in_bytes.append(physical_tiles(int(r), int(c), self.P)
                                         if r.is_Integer and c.is_Integer else None)
-            info = self._info[node.name] = (out_t, in_bytes)
+            # a tile whose row count is dynamic is lowered to row tiles, whatever the count in this run
+            dyn = isinstance(out_t, Tile) and not out_t.rows.is_Integer
+            info = self._info[node.name] = (out_t, in_bytes, dyn)
         return info
 
     def cost(self, node, tok) -> int:
         if not tok.is_data:
             return 1
-        out_t, in_tiles = self._node_info(node)
-        cycles = self._tiles(tok.payload)
+        out_t, in_tiles, dyn = self._node_info(node)
+        cycles = self._tiles(tok.payload, dyn)
         if node.kind in ("Map", "Accum", "Scan"):
             out = cycles
-            cycles = max(cycles, self._compute_cycles(node, tok))
+            cycles = max(cycles, self._compute_cycles(node, tok, dyn))
             for b in in_tiles:
                 # an operand of data-dependent size is at least as large as the output here
                 cycles = max(cycles, b if b is not None else out)
         return max(1, cycles)
 
-    def _compute_cycles(self, node, tok) -> int:
+    def _compute_cycles(self, node, tok, dynamic_rows: bool = False) -> int:
         f = node.p("fn") if node.kind == "Map" else node.p("update")
         if f.name == "matmul":
             a = node.t("in0").dtype
@@ -460,9 +462,9 @@ class Model:
                 self.ctx.bindings) else n
             self.matmul_flops += 2 * m * k * n
             # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products
-            return physical_tiles(m, k, self.P) * -(-n // self.P)
+            return physical_tiles(m, k, self.P, dynamic_rows) * -(-n // self.P)
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
-        return physical_tiles(shape[0], shape[1], self.P)
+        return physical_tiles(shape[0], shape[1], self.P, dynamic_rows)
 
     # -- scheduling
     def schedule(self, proc, t):
