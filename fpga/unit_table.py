@@ -40,6 +40,24 @@ def units(tile: int, dtype: str):
         yield name, params, unit
 
 
+PLUMBING = ("Queue", "ForwardSlice", "BackwardSlice", "FullSlice", "Broadcast")
+
+
+def unit_names() -> list[str]:
+    """Names :func:`units` yields (the stream plumbing, then the catalog)."""
+    from step_hdl.units.catalog import CATALOG
+    return [*PLUMBING, *CATALOG]
+
+
+def unit(name: str, tile: int, dtype: str):
+    """The synthesizable component of one unit of :func:`units` by name."""
+    if name in PLUMBING:
+        return next(u for n, _, u in plumbing(tile, dtype) if n == name)
+    from step_hdl.units.catalog import CATALOG
+    entry = CATALOG[name]
+    return entry.hardware(entry.make(tile, tile, dtype))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tile", type=int, default=4)

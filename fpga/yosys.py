@@ -35,16 +35,21 @@ def yosys_command() -> list[str]:
 
 def run_yosys(script: str, workdir: Path, log_name: str = "yosys.log") -> str:
     """Run a Yosys script in ``workdir`` (YoWASP sees only files below it); return the log."""
-    log = workdir / log_name
+    log = (workdir / log_name).resolve()
     proc = subprocess.run(yosys_command() + ["-q", "-l", log_name, "-p", script], cwd=workdir,
                           capture_output=True, text=True)
     text = log.read_text() if log.exists() else proc.stdout + proc.stderr
     if proc.returncode != 0:
-        lines = [ln for ln in (text + proc.stderr).splitlines() if "ERROR" in ln or "Assert" in ln
-                 or "Warning" in ln and "loop" in ln.lower()]
         raise YosysError(f"yosys failed (exit {proc.returncode}); log {log}:\n  "
-                         + "\n  ".join(lines[-12:] or (text + proc.stderr).splitlines()[-12:]))
+                         + quote_log(text + proc.stderr, lambda ln: "ERROR" in ln or "Assert" in ln
+                                     or "Warning" in ln and "loop" in ln.lower()))
     return text
+
+
+def quote_log(text: str, relevant, n: int = 12) -> str:
+    """The last ``n`` log lines for which ``relevant(line)`` holds (else the log's last lines), indented."""
+    lines = list(dict.fromkeys(ln for ln in text.splitlines() if relevant(ln)))    # tools print errors twice
+    return "\n  ".join(lines[-n:] or text.splitlines()[-n:])
 
 
 def _param_int(v) -> int:
@@ -62,6 +67,16 @@ def _mem_bits(design_json: dict) -> int:
     return bits
 
 
+def to_rtlil(component, name: str) -> str:
+    """RTLIL text of an Amaranth component (top module ``name``); a combinational loop is a :class:`YosysError`."""
+    try:
+        return rtlil.convert(component, name=name, emit_src=False)
+    except Exception as exc:
+        if type(exc).__name__ == "CombinationalCycle":  # Amaranth finds loops before Yosys does
+            raise YosysError(f"{name}: combinational loop: {exc}") from None
+        raise
+
+
 def check_and_size(component, name: str, keep_dir: str | os.PathLike | None = None) -> dict:
     """Check ``component`` with Yosys and size it with the generic flow.
 
@@ -69,13 +84,7 @@ def check_and_size(component, name: str, keep_dir: str | os.PathLike | None = No
     """
     tmp = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix=f"yosys-{name}-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    try:
-        text = rtlil.convert(component, name=name, emit_src=False)
-    except Exception as exc:
-        if type(exc).__name__ == "CombinationalCycle":  # Amaranth finds loops before Yosys does
-            raise YosysError(f"{name}: combinational loop: {exc}") from None
-        raise
-    (tmp / f"{name}.il").write_text(text)
+    (tmp / f"{name}.il").write_text(to_rtlil(component, name))
     script = (f"read_rtlil {name}.il; hierarchy -top {name}; proc; flatten; check -assert; "
               f"memory -nomap; opt -fast; write_json -compat-int mem.json; "
               f"synth -top {name} -flatten; check -assert; tee -q -o stat.json stat -json")

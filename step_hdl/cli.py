@@ -24,6 +24,10 @@ Commands
     of {tile_b, tile_inter, cycles}, or ``bench/rtl_sim.py --sweep --json``
     output) and print model vs RTL cycles per point, Pearson correlation and
     mean absolute percentage error; ``--plot`` draws both series.
+``step-hdl synth <workload|unit> [params] [--target ecp5-85f] [--freq MHz] [--json]``
+    Synthesize, place and route a mapped workload (without the testbench
+    counters and the DRAM model) or one unit (``--tile``, ``--dtype``) on an
+    FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json``
@@ -282,6 +286,7 @@ def parser() -> argparse.ArgumentParser:
                               lambda p, d=default: p.add_argument("-o", "--output", default=d,
                                                                   help=f"output file, - for stdout (default: {d})"))
     _add_compare_parser(sub)
+    _add_synth_parser(sub)
     return ap
 
 
@@ -342,8 +347,79 @@ def _add_compare_parser(sub):
     wp.add_argument("--plot", default=None, metavar="PNG", help="draw model and RTL cycles per point here")
 
 
+def _add_synth_parser(sub):
+    from step_hdl.fpga.ecp5 import TARGETS
+    from step_hdl.fpga.unit_table import unit_names
+
+    def common(p):
+        p.add_argument("--target", default="ecp5-85f", choices=tuple(TARGETS), help="FPGA (default: ecp5-85f)")
+        p.add_argument("--freq", type=float, default=100.0, help="clock constraint in MHz (default: 100)")
+        p.add_argument("--no-place", action="store_true", help="synthesis only: resources, no Fmax")
+        p.add_argument("--workdir", default=None, help="keep netlist, logs and reports here (default: a temp dir); "
+                                                       "a rerun there skips the steps whose inputs did not change")
+        p.add_argument("--router", default=None, choices=("router1", "router2"),
+                       help="nextpnr router (default: router1, router2 above 20,000 LUTs)")
+
+    def fabric(p):
+        for action in p._actions:
+            if action.dest == "dtype":      # the FPGA flow's reference element type (like the unit report)
+                action.default = "int8"
+                action.help = "element type (default: int8; the hardware units take int8/int16/int32)"
+        p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
+        p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
+        common(p)
+
+    p = _add_workload_parsers(sub, "synth", "synthesize, place and route a mapped workload or one unit on an FPGA",
+                              fabric)
+    wsub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    wsub.metavar = "WORKLOAD|UNIT"
+    for name in unit_names():
+        up = wsub.add_parser(name, help=f"the {name} unit", description=f"synthesize, place and route the "
+                             f"{name} unit on an FPGA")
+        up.add_argument("--tile", type=int, default=4, help="physical tile side (default: 4)")
+        up.add_argument("--dtype", default="int8", choices=("int8", "int16", "int32"),
+                        help="element type (default: int8)")
+        up.add_argument("--json", action="store_true", help="print one JSON object")
+        common(up)
+
+
+def cmd_synth(args) -> int:
+    from step_hdl.fpga.ecp5 import synthesize
+    t0 = time.perf_counter()
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)      # noqa: E731
+    if args.workload in WORKLOADS:
+        from step_hdl.mapper.top import FabricTop
+        _, prep = _prepared(args)
+        d = prep.design
+        say(f"{args.workload}: {len(d.units)} units, {len(d.edges)} FIFOs on {d.fabric.tile}x{d.fabric.tile} "
+            f"{d.fabric.dtype} tiles (without the testbench counters and the DRAM model)")
+        component, name = FabricTop(d, counters=False), f"{d.name}_top"
+        what = {"workload": args.workload, "params": _params_of(args), "tile": d.fabric.tile}
+    else:
+        from step_hdl.fpga.unit_table import unit
+        component, name = unit(args.workload, args.tile, args.dtype), args.workload
+        what = {"unit": args.workload, "tile": args.tile, "dtype": args.dtype}
+        name = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
+    rep = synthesize(component, name, args.target, args.workdir, args.freq, place=not args.no_place,
+                     router=args.router, progress=say)
+    report = {**what, **rep.to_json(), "total_wall_s": round(time.perf_counter() - t0, 2)}
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    label = args.workload + (f" {args.tile}x{args.tile} {args.dtype}" if "unit" in what else "")
+    print(f"{label} on {rep.target}: {rep.luts:,} LUTs, {rep.ffs:,} FFs, {rep.dsps} DSPs, {rep.brams} BRAMs"
+          + (f" ({rep.soft_multipliers} multipliers in LUTs)" if rep.soft_multipliers else ""))
+    if rep.fmax_mhz is not None:
+        cp = rep.critical_path
+        print(f"  Fmax {rep.fmax_mhz:.1f} MHz (constraint {rep.freq_mhz:g} MHz)"
+              + (f"; critical path {cp.start_signal} -> {cp.end_signal}, {cp.delay_ns:.2f} ns "
+                 f"({cp.levels} logic levels)" if cp else ""))
+    print(f"  logs: {', '.join(rep.logs.values())}; {report['total_wall_s']:.0f} s")
+    return 0
+
+
 COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build": cmd_build, "sim": cmd_sim,
-            "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare}
+            "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare, "synth": cmd_synth}
 
 
 def main(argv=None) -> int:

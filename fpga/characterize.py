@@ -1,0 +1,442 @@
+"""Characterize the units on ECP5: the cost table, the per-unit report and the estimate's error.
+
+    python -m step_hdl.fpga.characterize [--sweep] [--units] [--fabric] [--baseline]
+                                         [--tiles 2 4 8] [--dtypes int8 int16] [--workdir DIR]
+
+``--sweep``
+    Yosys ``synth_ecp5`` (no place-and-route, DSPs unlimited) of every unit kind
+    of the catalog and of the units the mapper builds for SwiGLU, at each tile
+    and element type; the edge FIFOs at several widths and depths; the LUT
+    cost of a multiplier built in LUTs. Writes ``fpga/cost_table.json``
+    (package data read by :func:`step_hdl.fpga.cost.estimate`) and
+    ``docs/fpga-cost-table.md``.
+``--units``
+    Synthesis, place and route of every unit family at 4x4 int8 on ECP5-85F
+    (100 MHz constraint): resources, Fmax and critical path, with the notes
+    below for units under 100 MHz. Writes ``docs/fpga-units.md`` and
+    ``fpga/unit_report.json``.
+``--fabric``
+    The SwiGLU fabric of the acceptance command through the whole flow (or
+    ``--fabric-json``: a saved ``step-hdl synth swiglu ... --json`` result),
+    against the cost-table estimate. Appends the comparison to ``docs/fpga-cost-table.md``
+    and writes ``fpga/estimate_check.json``.
+``--baseline``
+    Records the two small units of the ``synth`` tests for the installed tool
+    versions in ``fpga/baselines.json``.
+
+Without a mode flag it runs ``--sweep --units --fabric``. Only one tool
+process runs at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .cost import dtype_bits, estimate, kind_of, load_table, variant_of
+from .ecp5 import synthesize, tool_versions
+
+HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs"
+SWIGLU = {"batch": 16, "hidden": 32, "inter": 64, "tile_b": 8, "tile_inter": 16, "seed": 0}
+QUEUE_DEPTHS = (2, 8, 64)
+
+# Units under 100 MHz at 4x4 int8: what the critical path is and what would fix it (read from the report).
+NOTES = {
+    "Map[matmul]": "the path runs from the operand (or `transpose` configuration) register through the "
+                   "`MULT18X18D` multipliers and the K-input adder tree to the output register in one "
+                   "cycle. Registering the products (the DSP's own pipeline registers) and the adder-tree "
+                   "halves would give two or three pipeline stages at II 1 and well over 100 MHz; the "
+                   "unit's handshake would need a matching latency.",
+    "OnChipBuffer": "the path starts at a `DP16KD` read port (5.8 ns clock-to-output: the block RAM's output "
+                    "register is not used), decodes the stored stop level (`s2_level`, `isdone`) through a "
+                    "wide-mux tree and ends at the chip enable of another block RAM (`sram.0.2` CEB). Using the "
+                    "RAM's output register (one more cycle of read latency, absorbed by the read pipeline) or "
+                    "keeping the stop level in a small register beside the data would remove the RAM access "
+                    "time from the path.",
+    "LinearOffChipLoad": "from the configured `count1` register through two carry-chain comparisons (is this "
+                         "the last index of the inner dimensions, `pend_final`) and the address adder (`oacc1`) "
+                         "to the clock enable of the next dimension's index counter (`oidx1`): 16 levels, most "
+                         "of the 12.9 ns in routing. Registering per-dimension \"last\" flags one step ahead "
+                         "(compare with `count - 2` when the index advances) would cut the cascade to a few "
+                         "LUTs; the request FIFO's credit scheme tolerates the extra cycle of address latency.",
+    "Reshape": "a loop through the handshake: the chunk counter `c` is compared with the configured chunk "
+               "(carry chain), which decides `o.valid`, which gates `i.ready` and the counter's own enable. A "
+               "registered \"last element of the chunk\" flag, updated with the counter, would leave one LUT "
+               "level between the counter and the handshake.",
+}
+
+
+def _say(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _params_json(unit) -> dict:
+    return unit.params.to_json() if hasattr(unit, "params") and hasattr(unit.params, "to_json") else {}
+
+
+def swiglu_prepared(tile: int = 4, dtype: str = "int8"):
+    import argparse as ap
+    from step_hdl.sim.fabric import prepare
+    from step_hdl.workloads.registry import build
+    return prepare(build("swiglu", ap.Namespace(**SWIGLU, dtype=dtype)), tile)
+
+
+def sweep_items(tiles, dtypes):
+    """``(kind, variant, cls, tile, dtype, params, component)`` of every unit to characterize."""
+    from step_hdl.mapper.top import make_unit
+    from step_hdl.units.catalog import CATALOG
+    seen = set()
+    for dtype in dtypes:
+        for tile in tiles:
+            found = []
+            for entry in CATALOG.values():
+                u = entry.hardware(entry.make(tile, tile, dtype))
+                found.append((type(u).__name__, _params_json(u), u))
+            for spec in swiglu_prepared(tile, dtype).design.units:
+                found.append((spec.cls, spec.to_json()["params"], make_unit(spec)))     # as estimate() sees it
+            for cls, params, u in found:
+                key = (kind_of(cls, params), variant_of(params, dtype), tile, dtype)
+                if key in seen:
+                    u._MustUse__silence = True      # a duplicate: not synthesized, no "never used" warning
+                    continue
+                seen.add(key)
+                yield (*key[:2], cls, tile, dtype, params, u)
+
+
+def queue_items(tiles, dtypes):
+    from step_hdl.units.layout import TokenFormat, tile_format
+    from step_hdl.units.stream import Queue
+    widths = set()
+    for dtype in (*dtypes, "int32"):
+        for tile in tiles:
+            fmt = TokenFormat(tile_format(dtype, tile, tile), 4)
+            if fmt.width in widths:
+                continue
+            widths.add(fmt.width)
+            for depth in QUEUE_DEPTHS:
+                yield fmt.width, depth, Queue(fmt.layout, depth)
+
+
+def _synth(component, name, workdir, **kw):
+    work = Path(workdir) / name if workdir else Path(tempfile.mkdtemp(prefix=f"char-{name}-"))
+    try:
+        return synthesize(component, name, workdir=work, **kw)
+    finally:
+        if not workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
+
+
+def run_sweep(tiles, dtypes, workdir=None, checkpoint=None) -> dict:
+    t_start = time.perf_counter()
+    table = {"tools": tool_versions(), "target": "ecp5-85f", "tiles": list(tiles), "dtypes": list(dtypes),
+             "units": [], "queues": [], "soft_mul_luts": {}, "glue": {}}
+    if checkpoint and Path(checkpoint).exists():      # resume an interrupted sweep
+        table = json.loads(Path(checkpoint).read_text())
+    done = {(r["kind"], r["variant"], r["tile"], r["dtype"]) for r in table["units"]}
+    done |= {(r["width"], r["depth"]) for r in table["queues"]}
+
+    prior = table.get("wall_s", 0.0)
+
+    def save():
+        table["wall_s"] = round(prior + time.perf_counter() - t_start, 1)
+        if checkpoint:
+            Path(checkpoint).write_text(json.dumps(table))
+
+    for kind, var, cls, tile, dtype, params, u in sweep_items(tiles, dtypes):
+        if (kind, var, tile, dtype) in done:
+            u._MustUse__silence = True
+            continue
+        t0 = time.perf_counter()
+        r = _synth(u, _safe(f"{kind}_{tile}_{dtype}"), workdir, place=False, dsp_budget=None)
+        table["units"].append({"kind": kind, "variant": var, "cls": cls, "tile": tile, "dtype": dtype,
+                               "params": params, "luts": r.synth_luts, "ffs": r.ffs, "dsps": r.dsps,
+                               "brams": r.brams, "lutrams": r.lutrams, "multipliers": r.dsps,
+                               "wall_s": round(time.perf_counter() - t0, 1)})
+        _say(f"{kind:28s} {tile}x{tile} {dtype:5s} luts {r.synth_luts:6d} ffs {r.ffs:5d} dsps {r.dsps:4d} "
+             f"brams {r.brams:3d}  ({time.perf_counter() - t0:.0f} s)")
+        save()
+    table["tiles"] = sorted({r["tile"] for r in table["units"]})
+    table["dtypes"] = sorted({r["dtype"] for r in table["units"]}, key=dtype_bits)
+    for width, depth, q in queue_items(tiles, dtypes):
+        if (width, depth) in done:
+            q._MustUse__silence = True
+            continue
+        t0 = time.perf_counter()
+        r = _synth(q, f"queue_{width}_{depth}", workdir, place=False, dsp_budget=None)
+        table["queues"].append({"width": width, "depth": depth, "luts": r.synth_luts, "ffs": r.ffs,
+                                "brams": r.brams, "lutrams": r.lutrams, "wall_s": round(time.perf_counter() - t0, 1)})
+        _say(f"Queue width {width:5d} depth {depth:3d}         luts {r.synth_luts:6d} ffs {r.ffs:5d} "
+             f"brams {r.brams:3d} lutrams {r.lutrams:3d}  ({time.perf_counter() - t0:.0f} s)")
+        save()
+    from step_hdl.units.catalog import CATALOG
+    entry = CATALOG["Map[matmul]"]
+    for dtype in dtypes:
+        if dtype in table["soft_mul_luts"]:
+            continue
+        hard = _synth(entry.make(2, 2, dtype), f"mm_dsp_{dtype}", workdir, place=False, dsp_budget=None)
+        soft = _synth(entry.make(2, 2, dtype), f"mm_soft_{dtype}", workdir, place=False, dsp_budget=0)
+        table["soft_mul_luts"][dtype] = round((soft.synth_luts - hard.synth_luts) / max(1, hard.dsps), 1)
+        _say(f"multiplier in LUTs, {dtype}: {table['soft_mul_luts'][dtype]} LUTs")
+        save()
+    save()
+    return table
+
+
+def write_cost_table(table, path=HERE / "cost_table.json", doc=DOCS / "fpga-cost-table.md"):
+    Path(path).write_text(json.dumps(table, indent=1) + "\n")
+    tools = ", ".join(f"{k} {v}" for k, v in table["tools"].items())
+    cover = "; ".join(f"{dt}: tiles " + ", ".join(f"{t}x{t} ({n} units)" for t, n in sorted(
+        {t: sum(1 for r in table["units"] if (r["tile"], r["dtype"]) == (t, dt)) for t in
+         {r["tile"] for r in table["units"] if r["dtype"] == dt}}.items()))
+        for dt in sorted({r["dtype"] for r in table["units"]}, key=dtype_bits))
+    lines = ["# ECP5 cost table", "",
+             f"Generated by `python -m step_hdl.fpga.characterize --sweep` ({tools}; "
+             f"{table['wall_s'] / 60:.0f} minutes of tool time on a shared two-core machine; rows: {cover}): "
+             f"Yosys `synth_ecp5` of every unit kind of the catalog and of "
+             f"the SwiGLU fabric, no place-and-route, DSP blocks unlimited. LUTs are LUT4 equivalents "
+             f"(`LUT4 + 2*CCU2C + 2*TRELLIS_DPR16X4`), FFs `TRELLIS_FF`, DSPs `MULT18X18D`, BRAMs `DP16KD`. "
+             f"The data is `fpga/cost_table.json`; `step_hdl.fpga.cost.estimate(design)` uses it.", "",
+             "| unit | variant | tile | dtype | LUTs | FFs | DSPs | BRAMs |", "|---|---|---:|---|---:|---:|---:|---:|"]
+    for r in sorted(table["units"], key=lambda r: (r["kind"], r["variant"], dtype_bits(r["dtype"]), r["tile"])):
+        var = ", ".join(f"{k} {v}" for k, v in json.loads(r["variant"]).items())
+        lines.append(f"| {r['kind']} | {var} | {r['tile']} | {r['dtype']} | {r['luts']} | {r['ffs']} | "
+                     f"{r['dsps']} | {r['brams']} |")
+    lines += ["", "Edge FIFOs (`Queue`, payload width in bits incl. stop and done):", "",
+              "| width | depth | LUTs | FFs | BRAMs | LUTRAMs |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(table["queues"], key=lambda r: (r["width"], r["depth"])):
+        lines.append(f"| {r['width']} | {r['depth']} | {r['luts']} | {r['ffs']} | {r['brams']} | {r['lutrams']} |")
+    lines += ["", "A multiplier built in LUTs (beyond the device's DSP blocks): "
+              + ", ".join(f"{k} {v} LUTs" for k, v in table["soft_mul_luts"].items()) + ".", ""]
+    if "context" in table:
+        c = table["context"]
+        lines += [f"Context factors (units in a flattened fabric against the sum of the units alone; "
+                  f"`--calibrate`): LUTs x{c['luts']}, FFs x{c['ffs']}, from the {c['calibrated_on']}.", ""]
+    Path(doc).write_text("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- per-unit report
+
+def run_units(tile=4, dtype="int8", workdir=None) -> list:
+    from .unit_table import units
+    from step_hdl.units.catalog import CATALOG
+    rows = []
+    for name, params, u in units(tile, dtype):
+        t0 = time.perf_counter()
+        r = _synth(u, _safe(name), workdir, place=True)
+        cp = r.critical_path
+        rows.append({"unit": name, "family": CATALOG[name].family if name in CATALOG else "plumbing",
+                     "params": params, "luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
+                     "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
+                     "critical_path": None if cp is None else {
+                         "start": cp.start_signal, "end": cp.end_signal, "delay_ns": cp.delay_ns,
+                         "logic_ns": cp.logic_ns, "routing_ns": cp.routing_ns, "levels": cp.levels,
+                         "start_cell": cp.start, "end_cell": cp.end},
+                     "wall_s": r.wall_s})
+        _say(f"{name:26s} luts {r.luts:6d} ffs {r.ffs:5d} dsps {r.dsps:3d} brams {r.brams:3d} "
+             f"fmax {r.fmax_mhz or 0:6.1f} MHz  ({time.perf_counter() - t0:.0f} s)")
+    return rows
+
+
+def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=DOCS / "fpga-units.md"):
+    tools = ", ".join(f"{k} {v}" for k, v in tool_versions().items())
+    Path(path).write_text(json.dumps({"tile": tile, "dtype": dtype, "tools": tool_versions(), "units": rows},
+                                     indent=1) + "\n")
+    total = sum(sum(r["wall_s"].values()) for r in rows)
+    lines = ["# Units on ECP5-85F", "",
+             f"Generated by `python -m step_hdl.fpga.characterize --units` ({tools}; {total / 60:.0f} minutes). "
+             f"Every unit family at physical tile {tile}x{tile} {dtype}, max rank 3: Yosys `synth_ecp5`, "
+             f"nextpnr `--85k --package CABGA381 --out-of-context --freq 100 --seed 1`. LUTs are placed "
+             f"logic cells (`TRELLIS_COMB`), FFs `TRELLIS_FF`, DSPs `MULT18X18D`, BRAMs `DP16KD`; Fmax is "
+             f"the register-to-register maximum of `clk`, and the critical path is named by the Amaranth "
+             f"signals at its start and end (levels: LUTs, carry cells and DSPs on the path). "
+             f"`docs/fpga.md` describes the flow.", "",
+             "| unit | family | parameters | LUTs | FFs | DSPs | BRAMs | Fmax (MHz) | critical path | delay (ns) "
+             "logic/routing | levels |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
+    slow = []
+    for r in rows:
+        cp = r["critical_path"]
+        path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
+        delay = f"{cp['delay_ns']:.2f} ({cp['logic_ns']:.2f}/{cp['routing_ns']:.2f})" if cp else "-"
+        mark = " *" if r["fmax_mhz"] and r["fmax_mhz"] < 100 else ""
+        fmax = r["fmax_mhz"] if r["fmax_mhz"] else "- (no register path)"
+        lines.append(f"| {r['unit']} | {r['family']} | {r['params']} | {r['luts']} | {r['ffs']} | {r['dsps']} | "
+                     f"{r['brams']} | {fmax}{mark} | {path_s} | {delay} | {cp['levels'] if cp else '-'} |")
+        if mark:
+            slow.append(r)
+    lines += ["", "## Units under 100 MHz", ""]
+    if not slow:
+        lines.append("None.")
+    for r in slow:
+        note = NOTES.get(r["unit"])
+        if note is None:
+            _say(f"warning: {r['unit']} is under 100 MHz and has no note in characterize.NOTES")
+            note = "(no note yet)"
+        lines.append(f"* **{r['unit']}** ({r['fmax_mhz']} MHz): {note}")
+    Path(doc).write_text("\n".join(lines) + "\n")
+
+
+# ----------------------------------------------------------------------------- fabric check
+
+def run_fabric(fabric_json=None, workdir=None) -> dict:
+    from step_hdl.mapper.top import FabricTop
+    prep = swiglu_prepared(4, "int8")
+    d = prep.design
+    if fabric_json:
+        rep = json.loads(Path(fabric_json).read_text())
+    else:
+        rep = _synth(FabricTop(d, counters=False), f"{d.name}_top", workdir, place=True, progress=_say).to_json()
+    table = load_table(HERE / "cost_table.json")
+    out = {"design": d.name, "params": SWIGLU, "tile": 4, "dtype": "int8",
+           "synthesized": {k: rep[k] for k in ("luts", "synth_luts", "ffs", "dsps", "brams", "lutrams",
+                                                "soft_multipliers", "fmax_mhz")},
+           "tools": rep["tools"], "wall_s": rep["wall_s"]}
+    for k in ("post_placement_fmax_mhz", "note"):
+        if k in rep:
+            out[k] = rep[k]
+    for label, excl in (("estimate", ()),):
+        est = estimate(d, table, exclude_tiles=excl)
+        out[label] = {k: est[k] for k in ("luts", "ffs", "dsps", "brams", "lutrams", "soft_multipliers")}
+        out[label]["error"] = {
+            "luts_vs_synth": round(est["luts"] / rep["synth_luts"] - 1, 4),
+            "luts_vs_placed": round(est["luts"] / rep["luts"] - 1, 4),
+            "ffs": round(est["ffs"] / rep["ffs"] - 1, 4)}
+    return out
+
+
+def write_fabric(check, path=HERE / "estimate_check.json", doc=DOCS / "fpga-cost-table.md"):
+    Path(path).write_text(json.dumps(check, indent=1) + "\n")
+    s = check["synthesized"]
+    lines = ["", "## Estimate against real synthesis", "",
+             f"SwiGLU (batch {SWIGLU['batch']}, hidden {SWIGLU['hidden']}, inter {SWIGLU['inter']}, tile_b "
+             f"{SWIGLU['tile_b']}, tile_inter {SWIGLU['tile_inter']}) on 4x4 int8 tiles, the fabric of "
+             f"`step-hdl synth swiglu --batch 16 --hidden 32 --inter 64 --tile-b 8 --tile-inter 16 --target "
+             f"ecp5-85f`; `fpga/estimate_check.json` has the numbers.", "",
+             "| | LUTs (synthesis) | LUTs (placed) | FFs | DSPs | BRAMs | multipliers in LUTs |",
+             "|---|---:|---:|---:|---:|---:|---:|",
+             f"| synthesized | {s['synth_luts']} | {s['luts']} | {s['ffs']} | {s['dsps']} | {s['brams']} | "
+             f"{s['soft_multipliers']} |"]
+    for label in ("estimate",):
+        e = check[label]
+        err = e["error"]
+        lines.append(f"| {label.replace('_', ' ')} | {e['luts']} ({100 * err['luts_vs_synth']:+.1f} %) | "
+                     f"({100 * err['luts_vs_placed']:+.1f} %) | {e['ffs']} ({100 * err['ffs']:+.1f} %) | "
+                     f"{e['dsps']} | {e['brams']} | {e['soft_multipliers']} |")
+    lines += ["", f"Context factors in use: LUTs x{load_table(HERE / 'cost_table.json')['context']['luts']}, FFs "
+              f"x{load_table(HERE / 'cost_table.json')['context']['ffs']} (calibrated on the 2x2 fabric, not "
+              f"this one)."]
+    if check.get("note"):
+        lines += ["", f"Place and route: {check['note']}; nextpnr's timing estimate after placement: "
+                      f"{check.get('post_placement_fmax_mhz')} MHz."]
+    text = Path(doc).read_text()
+    marker = "\n## Estimate against real synthesis"
+    if marker in text:
+        text = text[: text.index(marker)]
+    Path(doc).write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+
+
+def run_calibration(fabric_json=None, workdir=None, tile=2) -> dict:
+    """The ``context`` factors: synthesized SwiGLU fabric at ``tile`` over the sum of its units' table costs."""
+    from .cost import queue_cost, unit_cost
+    from step_hdl.mapper.top import FabricTop
+    d = swiglu_prepared(tile, "int8").design
+    if fabric_json:
+        rep = json.loads(Path(fabric_json).read_text())
+    else:
+        rep = _synth(FabricTop(d, counters=False), f"{d.name}_top", workdir, place=False, progress=_say).to_json()
+    table = load_table(HERE / "cost_table.json")
+    units = {k: 0.0 for k in ("luts", "ffs")}
+    rest = dict(units)
+    for u in d.units:
+        c = unit_cost(table, u.cls, u.to_json()["params"], tile, "int8")
+        for k in units:
+            units[k] += c[k]
+    for e in d.edges:
+        c = queue_cost(table, e.width, e.depth)
+        for k in rest:
+            rest[k] += c[k]
+    rest["luts"] += rep["soft_multipliers"] * table["soft_mul_luts"]["int8"]
+    synth = {"luts": rep["synth_luts"], "ffs": rep["ffs"]}
+    table["context"] = {k: round((synth[k] - rest[k]) / units[k], 4) for k in units}
+    table["context"]["calibrated_on"] = (f"SwiGLU {SWIGLU} on {tile}x{tile} int8 tiles: synthesized LUTs "
+                                         f"{synth['luts']}, FFs {synth['ffs']}")
+    write_cost_table(table)
+    _say(f"context factors: {table['context']}")
+    return table
+
+
+# ----------------------------------------------------------------------------- baselines
+
+BASELINE_UNITS = (("Map[add]", 4, "int8"), ("Queue", 4, "int8"))
+
+
+def baseline_key(tools: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(tools.items()))
+
+
+def run_baseline(path=HERE / "baselines.json", workdir=None):
+    from .unit_table import unit
+    data = json.loads(Path(path).read_text()) if Path(path).exists() else {
+        "tolerances": {"luts": 0.10, "ffs": 0.05, "dsps": 0, "brams": 0, "fmax_mhz": 0.15}, "versions": {}}
+    entry = {}
+    report = json.loads((HERE / "unit_report.json").read_text()) if (HERE / "unit_report.json").exists() else {}
+    for name, tile, dtype in BASELINE_UNITS:
+        rows = [r for r in report.get("units", []) if r["unit"] == name]
+        if rows and (report["tile"], report["dtype"], report["tools"]) == (tile, dtype, tool_versions()):
+            r = rows[0]         # the same flow already ran for the unit report
+            got = {k: r[k] for k in ("luts", "ffs", "dsps", "brams", "fmax_mhz")}
+        else:
+            r = _synth(unit(name, tile, dtype), _safe(name), workdir, place=True)
+            got = {"luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams, "fmax_mhz": round(r.fmax_mhz, 1)}
+        entry[f"{name} {tile}x{tile} {dtype}"] = got
+        _say(f"{name}: {got}")
+    data["versions"][baseline_key(tool_versions())] = entry
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sweep", action="store_true", help="resource sweep -> fpga/cost_table.json")
+    ap.add_argument("--units", action="store_true", help="per-unit report at 4x4 int8 -> docs/fpga-units.md")
+    ap.add_argument("--fabric", action="store_true", help="SwiGLU fabric vs the estimate")
+    ap.add_argument("--fabric-json", default=None, help="saved `step-hdl synth swiglu ... --json` output")
+    ap.add_argument("--calibrate", action="store_true", help="the context factors, from the 2x2 SwiGLU fabric")
+    ap.add_argument("--calibrate-json", default=None, help="saved `step-hdl synth swiglu ... --phys-tile 2 "
+                                                           "--no-place --json` output")
+    ap.add_argument("--baseline", action="store_true", help="record fpga/baselines.json for these tools")
+    ap.add_argument("--tiles", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--dtypes", nargs="+", default=["int8", "int16"])
+    ap.add_argument("--workdir", default=None, help="keep every run's files here")
+    ap.add_argument("--checkpoint", default=None, help="sweep: save progress here after every unit, resume from it")
+    args = ap.parse_args(argv)
+    if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate):
+        args.sweep = args.units = args.calibrate = args.fabric = True
+    t0 = time.perf_counter()
+    if args.sweep:
+        write_cost_table(run_sweep(args.tiles, args.dtypes, args.workdir, args.checkpoint))
+    if args.units:
+        write_units(run_units(workdir=args.workdir))
+    if args.calibrate:
+        run_calibration(args.calibrate_json, args.workdir)
+    if args.fabric:
+        check = run_fabric(args.fabric_json, args.workdir)
+        write_fabric(check)
+        _say(json.dumps({k: check[k] for k in ("synthesized", "estimate")}))
+    if args.baseline:
+        run_baseline(workdir=args.workdir)
+    _say(f"done in {(time.perf_counter() - t0) / 60:.1f} minutes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

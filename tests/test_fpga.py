@@ -1,0 +1,114 @@
+"""FPGA flow without place-and-route: tool errors, report parsing, DSP budget, the cost-table estimate."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from step_hdl.fpga.ecp5 import (TARGETS, NextpnrError, multipliers, parse_report, parse_stat, run_nextpnr,
+                                signal_of, soft_multipliers)
+from step_hdl.fpga.yosys import YosysError, run_yosys
+
+
+def test_yosys_error_quotes_the_log_and_names_it(tmp_path):
+    with pytest.raises(YosysError) as exc:
+        run_yosys("read_rtlil missing.il", tmp_path)
+    msg = str(exc.value)
+    assert str(tmp_path / "yosys.log") in msg
+    assert "ERROR" in msg and "missing.il" in msg
+    assert "Traceback" not in msg
+
+
+@pytest.mark.synth      # the first nextpnr start on a fresh machine compiles its WebAssembly (a minute or more)
+def test_nextpnr_error_quotes_the_log_and_names_it(tmp_path):
+    (tmp_path / "bad.json").write_text("not json")
+    with pytest.raises(NextpnrError) as exc:
+        run_nextpnr(TARGETS["ecp5-85f"], ["--json", "bad.json", "--out-of-context"], tmp_path)
+    msg = str(exc.value)
+    assert str(tmp_path / "nextpnr.log") in msg
+    assert "ERROR: Failed to parse JSON file 'bad.json'" in msg
+    assert msg.count("Failed to parse") == 1          # the log and stderr are not both quoted
+
+
+def test_report_parsing():
+    step = lambda kind, delay, a, b: {"type": kind, "delay": delay, "from": {"cell": a}, "to": {"cell": b}}  # noqa
+    report = {
+        "fmax": {"clk": {"achieved": 87.5, "constraint": 100}},
+        "utilization": {"TRELLIS_COMB": {"used": 120, "available": 83640},
+                        "DP16KD": {"used": 0, "available": 208}},
+        "critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
+            step("clk-to-q", 0.5, "cfg_shift_TRELLIS_FF_Q", "cfg_shift_TRELLIS_FF_Q"),
+            step("routing", 2.0, "cfg_shift_TRELLIS_FF_Q", "o__payload_TRELLIS_FF_Q_3_DI_LUT4_Z"),
+            step("logic", 0.25, "o__payload_TRELLIS_FF_Q_3_DI_LUT4_Z", "o__payload_TRELLIS_FF_Q_3_DI_LUT4_Z"),
+            step("routing", 1.0, "o__payload_TRELLIS_FF_Q_3_DI_LUT4_Z", "o__payload_TRELLIS_FF_Q_3"),
+            step("setup", 0.1, "o__payload_TRELLIS_FF_Q_3", "o__payload_TRELLIS_FF_Q_3")]}]}
+    r = parse_report(report)
+    assert r["fmax_mhz"] == 87.5
+    assert r["utilization"] == {"TRELLIS_COMB": 120}
+    cp = r["critical_path"]
+    assert (cp.start_signal, cp.end_signal, cp.levels) == ("cfg_shift", "o__payload", 1)
+    assert cp.delay_ns == pytest.approx(3.85) and cp.routing_ns == pytest.approx(3.0)
+    stat = parse_stat({"design": {"num_cells_by_type": {"LUT4": 100, "CCU2C": 10, "TRELLIS_FF": 40,
+                                                        "MULT18X18D": 2, "DP16KD": 1, "TRELLIS_DPR16X4": 3}}})
+    assert (stat["synth_luts"], stat["ffs"], stat["dsps"], stat["brams"]) == (126, 40, 2, 1)
+    assert signal_of("plain_net") == "plain_net"
+
+
+def test_dsp_budget_keeps_the_largest_multipliers():
+    from amaranth.hdl import Module, signed
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from step_hdl.fpga.yosys import to_rtlil
+
+    class Muls(wiring.Component):
+        a: In(signed(16))
+        b: In(signed(8))
+        y: Out(32)
+        z: Out(16)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += [self.y.eq(self.a * self.a), self.z.eq(self.b * self.b)]
+            return m
+
+    muls = multipliers(to_rtlil(Muls(), "muls"))
+    assert sorted((a, b) for _, _, a, b in muls) == [(8, 8), (16, 16)]
+    assert soft_multipliers(muls, None) == [] and soft_multipliers(muls, 2) == []
+    assert [(a, b) for _, _, a, b in soft_multipliers(muls, 1)] == [(8, 8)]
+
+
+def test_fabric_top_for_synthesis_has_no_counters():
+    from step_hdl.fpga.characterize import swiglu_prepared
+    from step_hdl.mapper.top import FabricTop
+    d = swiglu_prepared(4, "int8").design
+    tops = [FabricTop(d, counters=False), FabricTop(d)]
+    for top in tops:     # built only to look at the ports: no "created but never used" warnings
+        for obj in [top, *top.unit_objs.values()]:
+            obj._MustUse__silence = True
+    members = tops[0].signature.members
+    assert "ctr_addr" not in members and "ctr_data" not in members
+    assert {"cfg", "start", "done", "hung", "mem0"} <= set(members)
+    assert "ctr_data" in tops[1].signature.members
+
+
+def test_cost_estimate_of_the_swiglu_fabric_is_within_15_percent():
+    """The committed cost table against the committed synthesis of the acceptance fabric."""
+    from step_hdl.fpga.characterize import HERE, swiglu_prepared
+    from step_hdl.fpga.cost import estimate
+    check = json.loads((Path(HERE) / "estimate_check.json").read_text())
+    est = estimate(swiglu_prepared(4, "int8").design)
+    syn = check["synthesized"]
+    assert abs(est["luts"] / syn["luts"] - 1) < 0.15
+    assert abs(est["ffs"] / syn["ffs"] - 1) < 0.15
+    assert est["dsps"] == syn["dsps"] and est["soft_multipliers"] == syn["soft_multipliers"]
+
+
+def test_synth_command_line():
+    from step_hdl.cli import parser
+    args = parser().parse_args(["synth", "swiglu", "--batch", "16", "--hidden", "32", "--inter", "64", "--tile-b",
+                                "8", "--tile-inter", "16", "--target", "ecp5-85f", "--json"])
+    assert (args.command, args.dtype, args.phys_tile, args.freq, args.target) == ("synth", "int8", 4, 100.0,
+                                                                                  "ecp5-85f")
+    args = parser().parse_args(["synth", "Map[matmul]", "--tile", "2", "--no-place"])
+    assert (args.workload, args.tile, args.dtype, args.no_place) == ("Map[matmul]", 2, "int8", True)
