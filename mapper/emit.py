@@ -3,10 +3,10 @@
 Files written (``docs/architecture.md`` describes them):
 
 ``top.v``
-    the synthesizable top level (:class:`~step_hdl.mapper.top.FabricTop`),
-    memory ports as real ports;
+    the synthesizable top level (:class:`~step_hdl.mapper.top.FabricTop` without the
+    testbench counters), memory ports as real ports;
 ``harness.v``
-    the same top level with the simulation-only DRAM model (what the testbench runs);
+    the same top level with its counters and the simulation-only DRAM model (what the testbench runs);
 ``config.json``
     the configuration image (top-level writes) and each unit's registers;
 ``fabric.json``, ``design.json``, ``mapping.json``
@@ -93,7 +93,7 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True) -> dict:
     harness_text, top_name, _ = verilog_for(design, dram_p, prep.depth())
     (out / "harness.v").write_text(harness_text)
     if synth_top:
-        (out / "top.v").write_text(to_verilog(FabricTop(design), f"{top_name}_top"))
+        (out / "top.v").write_text(to_verilog(FabricTop(design, counters=False), f"{top_name}_top"))
     shutil.copyfile(cocotb_fabric.__file__, out / "test_fabric.py")
     (out / "job.json").write_text(json.dumps(prep.job(with_expected=True)))
     (out / "run.py").write_text(RUNNER.format(top=top_name))
