@@ -135,15 +135,12 @@ class _Lowering:
     def phys(self, tile, where):
         return _phys(tile, self.P, where)
 
-    def zeros(self, tile, where, dtype=None):
-        pr, pc, _, _ = self.phys(tile, where)
-        return fn("zeros", rows=pr, cols=pc, dtype=dtype or tile.dtype.name)
-
-    def per_tile(self, stream, name):
-        """One token per logical tile of a lowered stream (an Accum over its two block dims)."""
+    def per_tile(self, stream, name, rank=2):
+        """One token per logical tile of a lowered stream (an Accum over its two block dims), or per
+        element of its inner ``rank`` dims."""
         t = stream.type.dtype
         return self.g.accum(stream, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype="int32"),
-                            rank=2, name=name)
+                            rank=rank, name=name)
 
     # ---------------------------------------------------------------- off-chip
     def _grid_strides(self, node, strides, counts, base):
@@ -299,8 +296,7 @@ class _Lowering:
         a, b = ins
         pre = node.name
         a_buf, a_rows = self.g.broadcast(a, 2, name=f"{pre}_split_a")
-        rows = self.g.accum(a_rows, "add", fn("zeros", rows=1, cols=self.P, dtype="int32"), rank=1,
-                            name=f"{pre}_rows")
+        rows = self.per_tile(a_rows, f"{pre}_rows", rank=1)      # one token per row
         a_rd = self.g.streamify(self.g.bufferize(a_buf, 1, name=f"{pre}_buf_a"), read_shape=[nb, kb],
                                 read_stride=[0, 1], name=f"{pre}_read_a")
         b_rd = self.g.streamify(self.g.bufferize(b, 2, name=f"{pre}_buf_b"), ref=rows, read_shape=[nb, kb],

@@ -50,7 +50,7 @@ from step_hdl.types import Tile
 from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
 
-from .fabric import Fabric, FabricError
+from .fabric import Fabric, FabricError, _static
 from .fifo import UNBOUNDED, fifo_depths
 
 #: top-level configuration port: 8 register address bits below the unit index
@@ -126,7 +126,6 @@ class Design:
         return names
 
 
-
 @dataclass
 class Program:
     """What one program writes into a :class:`Design`: configuration and memory layout.
@@ -146,7 +145,6 @@ class Program:
     notes: list = field(default_factory=list)
     tiles: dict = field(default_factory=dict)
     word_bytes: int = 0
-
 
 
 def tile_bytes(fabric: Fabric) -> int:
@@ -393,7 +391,7 @@ def make_unit(spec: UnitSpec):
     raise FabricError(f"no unit class {spec.cls!r}")
 
 
-def tensor_tiles(graph: Graph, fab: Fabric) -> dict:
+def tensor_tiles(graph: Graph) -> dict:
     """name -> physical tile (rows, cols) of every tensor, from the loads and stores that touch it."""
     tiles: dict = {}
     for node in graph.nodes.values():
@@ -413,13 +411,13 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
     from step_hdl.types import dtype as make_dtype
     fab = design.fabric
     made = made or {u.name: make_unit(u) for u in design.units}
-    tiles = tensor_tiles(graph, fab)
+    tiles = tensor_tiles(graph)
     word = max([made[n].params.port.word_bytes for n in design.mem_units] or [tile_bytes(fab)])
     tensors, addr = {}, 0
     order = list(tensor_order or graph.tensors)
     for tname in order:
         spec = graph.tensors[tname]
-        rows, cols = (int(sympy.sympify(d).subs(bindings or {})) for d in (spec.rows, spec.cols))
+        rows, cols = (_static(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
         pr, pc = tiles.setdefault(tname, (fab.tile, fab.tile))
         if rows % pr or cols % pc:
             raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "

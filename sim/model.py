@@ -55,7 +55,7 @@ from step_hdl.graph import Graph
 from step_hdl.interp import Context, Memory, _bindings
 from step_hdl.mapper.tiling import physical_tiles
 from step_hdl.process import Channel, Ports
-from step_hdl.types import Tile, dtype as make_dtype
+from step_hdl.types import Tile
 
 
 # ----------------------------------------------------------------------------- DRAM
@@ -151,17 +151,8 @@ class ModelParams:
     dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
 
     @property
-    def stream_bw(self) -> int:
-        """Bytes per cycle of one stream: one physical tile."""
-        return self.tile * self.tile * make_dtype(self.dtype).bytes
-
-    @property
     def matmul_flops(self) -> int:
         return 2 * self.tile ** 3
-
-    @property
-    def vector_elems(self) -> int:
-        return self.tile * self.tile
 
 
 # ----------------------------------------------------------------------------- memory with timing
