@@ -3,19 +3,47 @@
 Every function has a numpy reference (:meth:`FnSpec.apply`), a type rule
 (:meth:`FnSpec.out_type`) that rejects wrong operands at graph construction, and
 a FLOP count per call (spec section 3: matmul ``2·m·k·n``; add/sub/mul/div 1 per
-element; exp 4; SiLU 8; row sum/max 1 per input element; requantize 1 per
-element; pure data movement 0).
+element; exp 4; SiLU 8; row and column sum/max 1 per input element; requantize 1
+per element; pure data movement 0).
+
+==================  =====  ==========================  ============================================
+function            arity  operands -> result          notes
+==================  =====  ==========================  ============================================
+``matmul``          2      ``[m,k] x [k,n] -> [m,n]``  ``transpose_b``: b is ``[n,k]``;
+                                                       ``transpose_a``: a is ``[k,m]`` (``a.T @ b``)
+``add``, ``sub``    2      ``[R,C] . [R,C] -> [R,C]``  a side of size 1 of either operand broadcasts
+``mul``, ``max``    2      (as add)
+``div``             2      (as add)                    floats ``a / b``; integers floor division
+``silu``, ``exp``   1      int8/int16 or float         fixed point with ``frac`` fractional bits
+``requantize``      1      int -> ``dtype``            arithmetic right ``shift``, then saturate
+``row_sum``         1      ``[R,C] -> [R,1]``          int32 for integer tiles
+``row_max``         1      ``[R,C] -> [R,1]``          same type
+``col_sum``         1      ``[R,C] -> [1,C]``          int32 for integer tiles
+``col_max``         1      ``[R,C] -> [1,C]``          same type
+==================  =====  ==========================  ============================================
+
+(plus index/selector helpers ``affine``, ``sel_index``, ``keep_if_zero``, ``pair``,
+the Accum update ``retile_row``, the inits ``zeros``/``lowest`` and the flat-map
+functions ``retile_streamify``/``range``.)
 
 Integer arithmetic is defined here once, bit for bit, so that the RTL can match
 it exactly:
 
-* ``add``/``sub``/``mul``/``matmul``/``row_sum`` on integer tiles produce int32,
-  computed exactly and wrapped modulo 2**32 (what a 32-bit accumulator does);
+* ``add``/``sub``/``mul``/``div``/``matmul``/``row_sum``/``col_sum`` on integer
+  tiles produce int32, computed exactly and wrapped modulo 2**32 (what a 32-bit
+  accumulator does);
+* integer ``div`` is floor division (numpy ``floor_divide``: the quotient is
+  rounded toward minus infinity, ``-7 div 2 = -4``, ``7 div -2 = -4``), and a
+  division by zero gives 0 (numpy's result too, without its warning; Amaranth's
+  ``//`` defines the same); ``-2**31 div -1`` is ``2**31``, which wraps to
+  ``-2**31``. See :func:`floor_div_int`;
 * ``requantize(shift, dtype)`` is an arithmetic right shift (floor) followed by
   saturation to ``dtype``;
 * ``silu`` and ``exp`` on int8/int16 treat values as fixed point with ``frac``
   fractional bits; their approximations are given in :func:`silu_fixed` and
-  :func:`exp_fixed`.
+  :func:`exp_fixed`;
+* ``col_max`` of a tile without rows (``R = 0``, e.g. an empty packed tile) is
+  the lowest value of the type (``-inf`` for floats), the identity of max.
 
 bf16 values are held in float32 arrays and rounded to bf16 (round to nearest
 even) after every operation.
@@ -64,6 +92,16 @@ def cast(x: np.ndarray, dt: DType) -> np.ndarray:
     if dt.name == "int32":
         return wrap_int32(x)
     return saturate(x, dt)
+
+
+def floor_div_int(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact integer floor division ``a // b`` (rounded toward minus infinity), 0 where ``b == 0``.
+
+    Operands broadcast as numpy does; the result is int64 (callers wrap it to int32).
+    """
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    zero = b == 0
+    return np.where(zero, 0, np.floor_divide(a, np.where(zero, 1, b))).astype(np.int64)
 
 
 def silu_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
@@ -278,44 +316,50 @@ class Max(_Elementwise):
 
 @_register
 class Div(_Elementwise):
-    """Element-wise ``a / b`` on floating-point tiles (broadcasting as for add)."""
+    """Element-wise division (broadcasting as for add): ``a / b`` on floating-point tiles; on
+    integer tiles floor division (rounded toward minus infinity) giving int32, and 0 where ``b`` is 0
+    (see :func:`floor_div_int`)."""
 
     name = "div"
-    op = staticmethod(lambda a, b, dt: a / b)
-
-    def out_type(self, f, a, b):
-        out = super().out_type(f, a, b)
-        if out.dtype.is_int:
-            raise StepTypeError(f"function {f} needs floating-point tiles, got {a.dtype} and {b.dtype}")
-        return out
+    op = staticmethod(lambda a, b, dt: floor_div_int(a, b) if dt.is_int else a / b)
 
 
 @_register
 class MatMul(FnSpec):
-    """``a @ b``: ``[m, k] x [k, n] -> [m, n]``; ``transpose_b=True`` takes ``b`` as ``[n, k]``."""
+    """``a @ b``: ``[m, k] x [k, n] -> [m, n]``; ``transpose_b=True`` takes ``b`` as ``[n, k]``,
+    ``transpose_a=True`` takes ``a`` as ``[k, m]`` (``a.T @ b``; e.g. two ``[1, P]`` rows give their
+    ``[P, P]`` outer product). Both may be set. Integer tiles give int32, wrapped."""
 
     name = "matmul"
     arity = 2
-    optional = ("transpose_b",)
+    optional = ("transpose_a", "transpose_b")
 
     def check_params(self, params):
         params.setdefault("transpose_b", False)
-        if not isinstance(params["transpose_b"], bool):
-            raise StepTypeError(f"matmul: transpose_b must be true or false, got {params['transpose_b']!r}")
+        for k in ("transpose_a", "transpose_b"):
+            if k in params and not isinstance(params[k], bool):
+                raise StepTypeError(f"matmul: {k} must be true or false, got {params[k]!r}")
+        # transpose_a=False is the default and is not stored: fn('matmul') keeps its name and JSON
+        if params.get("transpose_a") is False:
+            del params["transpose_a"]
         return params
 
     def _dims(self, f, a, b):
+        """``(a, b, m, k, n)``: the operand tiles and the product's dimensions."""
         a, b = _tile(a, f), _tile(b, f, "second operand")
+        ak, am = (a.rows, a.cols) if f.param("transpose_a") else (a.cols, a.rows)
         bk, bn = (b.cols, b.rows) if f.param("transpose_b") else (b.rows, b.cols)
-        if dims_equal(a.cols, bk) is False:
+        if dims_equal(ak, bk) is False:
             raise StepTypeError(f"function {f}: inner dimensions differ: {a} x {b}")
-        return a, b, bn
+        return a, b, am, ak, bn
 
     def out_type(self, f, a, b):
-        a, b, bn = self._dims(f, a, b)
-        return Tile(_binary_dtype(f, a, b), a.rows, bn)
+        a, b, m, _, n = self._dims(f, a, b)
+        return Tile(_binary_dtype(f, a, b), m, n)
 
     def apply(self, f, a, b):
+        if f.param("transpose_a"):
+            a = a.T
         if f.param("transpose_b"):
             b = b.T
         if a.dtype.kind == "i":
@@ -323,8 +367,8 @@ class MatMul(FnSpec):
         return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float32)  # bf16: apply_typed
 
     def flops(self, f, a, b):
-        a, b, bn = self._dims(f, a, b)
-        return 2 * a.rows * a.cols * bn
+        _, _, m, k, n = self._dims(f, a, b)
+        return 2 * m * k * n
 
 
 class _Unary(FnSpec):
@@ -421,32 +465,55 @@ class Requantize(_Unary):
         return saturate(a.astype(np.int64) >> f.param("shift"), dtype(f.param("dtype")))
 
 
-class _RowReduce(_Unary):
+class _AxisReduce(_Unary):
+    """Sum or maximum along ``axis`` (1: along each row -> ``[R, 1]``; 0: down each column -> ``[1, C]``);
+    sums of integer tiles are int32, wrapped."""
+
+    axis, is_sum = 1, True
+
     def out_type(self, f, a):
         a = _tile(a, f)
-        return Tile(INT32 if a.dtype.is_int and self.name == "row_sum" else a.dtype, a.rows, 1)
+        dt = INT32 if a.dtype.is_int and self.is_sum else a.dtype
+        return Tile(dt, a.rows, 1) if self.axis == 1 else Tile(dt, 1, a.cols)
+
+    def apply(self, f, a):
+        if self.is_sum:
+            if a.dtype.kind == "i":
+                return wrap_int32(a.astype(np.int64).sum(axis=self.axis, keepdims=True))
+            return a.astype(np.float32).sum(axis=self.axis, keepdims=True, dtype=np.float32)
+        if a.shape[self.axis] == 0:
+            low = np.iinfo(a.dtype).min if a.dtype.kind == "i" else -np.inf
+            shape = (a.shape[0], 1) if self.axis == 1 else (1, a.shape[1])
+            return np.full(shape, low, dtype=a.dtype)
+        return a.max(axis=self.axis, keepdims=True)
 
 
 @_register
-class RowSum(_RowReduce):
+class RowSum(_AxisReduce):
     """Row-wise sum: ``[R, C] -> [R, 1]`` (int32 for integer tiles)."""
 
     name = "row_sum"
 
-    def apply(self, f, a):
-        if a.dtype.kind == "i":
-            return wrap_int32(a.astype(np.int64).sum(axis=1, keepdims=True))
-        return a.astype(np.float32).sum(axis=1, keepdims=True, dtype=np.float32)
+
+@_register
+class RowMax(_AxisReduce):
+    """Row-wise maximum: ``[R, C] -> [R, 1]``."""
+
+    name, is_sum = "row_max", False
 
 
 @_register
-class RowMax(_RowReduce):
-    """Row-wise maximum: ``[R, C] -> [R, 1]``."""
+class ColSum(_AxisReduce):
+    """Column-wise sum: ``[R, C] -> [1, C]`` (int32 for integer tiles, wrapped)."""
 
-    name = "row_max"
+    name, axis = "col_sum", 0
 
-    def apply(self, f, a):
-        return a.max(axis=1, keepdims=True)
+
+@_register
+class ColMax(_AxisReduce):
+    """Column-wise maximum: ``[R, C] -> [1, C]`` (no rows: the lowest value of the type)."""
+
+    name, axis, is_sum = "col_max", 0, False
 
 
 @_register
@@ -689,9 +756,12 @@ def _shape_only(f: Fn, out, xs) -> ShapeOnly:
     if name == "retile_row":
         shape = (shapes[0][0] + shapes[1][0], shapes[0][1])
     elif name == "matmul":
-        shape = (shapes[0][0], shapes[1][0] if f.param("transpose_b") else shapes[1][1])
+        shape = (shapes[0][1] if f.param("transpose_a") else shapes[0][0],
+                 shapes[1][0] if f.param("transpose_b") else shapes[1][1])
     elif name in ("row_sum", "row_max"):
         shape = (shapes[0][0], 1)
+    elif name in ("col_sum", "col_max"):
+        shape = (1, shapes[0][1])
     elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "silu", "exp", "requantize"):
         shape = tuple(max(d) for d in zip(*shapes))
     else:
@@ -714,4 +784,4 @@ def apply_typed(f: Fn, out: Tile, *xs):
 
 
 __all__ = ["Fn", "fn", "fn_from_json", "FUNCTIONS", "FnSpec", "apply_typed", "ShapeOnly", "wrap_int32", "saturate",
-           "round_bf16", "cast", "silu_fixed", "exp_fixed"]
+           "round_bf16", "cast", "floor_div_int", "silu_fixed", "exp_fixed"]

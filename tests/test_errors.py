@@ -256,10 +256,37 @@ def silu_int32():
     g.map(x, "silu", name="act")
 
 
-def div_ints():
+def div_int_float():
     g, x = g_vec("int8")
+    g.tensor("s", 64, 16, "fp32")
+    s = g.load("s", tile=(16, 16), out_shape=[4], stride=[1], name="ls")
+    g.map([x, s], "div", name="norm")
+
+
+def div_broadcast():
+    g, x = g_vec("int16")
+    g.tensor("s", 64, 8, "int16")
+    s = g.load("s", tile=(16, 8), out_shape=[4], stride=[1], name="ls")
+    g.map([x, s], "div", name="norm")
+
+
+def matmul_transpose_a_flag():
+    g, x = g_vec()
     a, b = g.broadcast(x, name="fan")
-    g.map([a, b], "div", name="norm")
+    g.map([a, b], "matmul", name="outer", transpose_a="yes")
+
+
+def matmul_transpose_a_inner():
+    g, x = g_vec()                         # [16, 16] tiles
+    g.tensor("w", 64, 32, "fp32")
+    w = g.load("w", tile=(32, 32), out_shape=[4], stride=[0], name="lw")
+    g.map([x, w], fn("matmul", transpose_a=True), name="grad_w")
+
+
+def col_sum_selector():
+    g = Graph("bad")
+    sel = g.selector_source(2, values=[[0], [1]], name="route")
+    g.map(sel, "col_sum", name="colsum")
 
 
 def matmul_inner():
@@ -736,8 +763,17 @@ CASES = [
          ("Map 'rq'", "function 'requantize' needs parameter(s) ['dtype']"), ("Map", "rq")),
     Case("silu-int32", silu_int32, StepTypeError,
          ("Map 'act'", "silu", "takes int8 or int16, got int32"), ("Map", "act")),
-    Case("div-ints", div_ints, StepTypeError,
-         ("Map 'norm'", "function div needs floating-point tiles, got int8 and int8"), ("Map", "norm")),
+    Case("div-int-float", div_int_float, StepTypeError,
+         ("Map 'norm'", "function div cannot combine int8 and fp32"), ("Map", "norm")),
+    Case("div-broadcast", div_broadcast, StepTypeError,
+         ("Map 'norm'", "function div: operand cols 16 and 8 differ", "may be 1 to broadcast"), ("Map", "norm")),
+    Case("matmul-transpose-a-flag", matmul_transpose_a_flag, StepTypeError,
+         ("Map 'outer'", "matmul: transpose_a must be true or false, got 'yes'"), ("Map", "outer")),
+    Case("matmul-transpose-a-inner", matmul_transpose_a_inner, StepTypeError,
+         ("Map 'grad_w'", "matmul(transpose_a=True, transpose_b=False)",
+          "inner dimensions differ: fp32[16,16] x fp32[32,32]"), ("Map", "grad_w")),
+    Case("col-sum-selector", col_sum_selector, StepTypeError,
+         ("Map 'colsum'", "function col_sum needs a tile operand"), ("Map", "colsum")),
     Case("matmul-inner-dim", matmul_inner, StepTypeError,
          ("Map 'up_proj'", "matmul", "inner dimensions differ: fp32[16,16] x fp32[32,32]"), ("Map", "up_proj")),
     Case("accum-init-not-init", accum_init_not_init, StepTypeError,

@@ -81,6 +81,9 @@ def test_wrap_int32():
     ("silu", (Tile("fp32", 4, 8),), 8 * 32),
     ("exp", (Tile("fp32", 4, 8),), 4 * 32),
     ("row_sum", (Tile("fp32", 4, 8),), 32),
+    ("col_sum", (Tile("fp32", 4, 8),), 32),
+    ("col_max", (Tile("int8", 4, 8),), 32),
+    ("div", (Tile("int16", 4, 8), Tile("int32", 1, 8)), 32),
 ])
 def test_flop_counts(name, types, flops):
     f = fn(name)
@@ -113,3 +116,138 @@ def test_unknown_function_and_bad_params():
     with pytest.raises(StepTypeError, match="has no parameter"):
         fn("silu", slope=3)
     assert math.isclose(float(call("exp", np.float32([[0.0]]))[0, 0]), 1.0)
+
+
+# --------------------------------------------------------------------------- integer div
+
+def test_integer_div_floors_toward_minus_infinity():
+    a = np.array([[7, -7, 7, -7, 0, -1, 6, -6]], np.int32)
+    b = np.array([[2, 2, -2, -2, 3, 4, -3, -3]], np.int32)
+    got = call("div", a, b)
+    assert got.dtype == np.int32
+    assert got.tolist() == [[3, -4, -4, 3, 0, -1, -2, 2]]
+    assert np.array_equal(got, np.floor_divide(a, b))
+
+
+def test_integer_div_by_zero_is_zero_and_wraps():
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    a = np.array([[5, -5, 0, lo, lo, hi, lo]], np.int32)
+    b = np.array([[0, 0, 0, 0, -1, -1, 1]], np.int32)
+    got = call("div", a, b)            # no numpy divide-by-zero warning (the suite runs with -W error)
+    assert got.tolist() == [[0, 0, 0, 0, lo, -hi, lo]]     # -2**31 // -1 = 2**31 wraps to -2**31
+
+
+def test_integer_div_broadcasts_and_matches_numpy():
+    rng = np.random.default_rng(1)
+    a = rng.integers(-2**31, 2**31, (4, 4)).astype(np.int32)
+    b = rng.integers(-300, 300, (1, 4)).astype(np.int16)
+    b[0, 1] = 0
+    got = call("div", a, b)
+    with np.errstate(divide="ignore"):
+        ref = np.floor_divide(a.astype(np.int64), b.astype(np.int64))   # numpy also gives 0 for x // 0
+    assert np.array_equal(got, ref.astype(np.int32)) and got.shape == (4, 4)
+    assert np.array_equal(call("div", a[:, :1].astype(np.int8), np.int8([[3, -3]])),
+                          np.floor_divide(a[:, :1].astype(np.int8).astype(np.int64), [[3, -3]]))
+    f = fn("div")
+    assert f.spec.out_type(f, Tile("int8", 4, 4), Tile("int16", 1, 4)) == Tile("int32", 4, 4)
+    assert f.spec.out_type(f, Tile("int8", 1, 1), Tile("int8", 2, 3)) == Tile("int32", 2, 3)
+    assert f.spec.out_type(f, Tile("bf16", 4, 4), Tile("bf16", 4, 1)) == Tile("bf16", 4, 4)
+    with pytest.raises(StepTypeError, match="cannot combine int8 and fp32"):
+        f.spec.out_type(f, Tile("int8", 4, 4), Tile("fp32", 4, 4))
+    with pytest.raises(StepTypeError, match="operand rows 4 and 3 differ"):
+        f.spec.out_type(f, Tile("int8", 4, 4), Tile("int8", 3, 4))
+
+
+def test_float_div_unchanged():
+    a, b = np.float32([[1.0, -3.0]]), np.float32([[4.0, 2.0]])
+    assert call("div", a, b).tolist() == [[0.25, -1.5]]
+
+
+def test_integer_div_in_a_graph():
+    """The interpreter runs integer div (int16 / int16 -> int32) on whole streams."""
+    from step_hdl import Graph, run
+    g = Graph("div")
+    g.tensor("x", 8, 4, "int16")
+    g.tensor("y", 8, 4, "int16")
+    g.tensor("q", 8, 4, "int32")
+    x = g.load("x", tile=(4, 4), out_shape=[2], stride=[1], name="lx")
+    y = g.load("y", tile=(4, 4), out_shape=[2], stride=[1], name="ly")
+    g.store(g.map([x, y], "div", name="q"), "q", tile=(4, 4), name="sq")
+    rng = np.random.default_rng(2)
+    xv = rng.integers(-1000, 1000, (8, 4)).astype(np.int16)
+    yv = rng.integers(-9, 9, (8, 4)).astype(np.int16)
+    yv[0, 0] = 0
+    res = run(g, tensors={"x": xv, "y": yv})
+    q = res.memory["q"]
+    ref = np.where(yv == 0, 0, xv.astype(np.int64) // np.where(yv == 0, 1, yv))
+    assert q.dtype == np.int32 and np.array_equal(q, ref)
+
+
+# --------------------------------------------------------------------------- column reductions
+
+def test_column_sum_and_max():
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (5, 3)).astype(np.int8)
+    s, m = call("col_sum", a), call("col_max", a)
+    assert s.dtype == np.int32 and s.tolist() == [a.astype(np.int64).sum(axis=0).tolist()]
+    assert m.dtype == np.int8 and m.tolist() == [a.max(axis=0).tolist()]
+    big = np.full((4, 2), 2**31 - 1, np.int32)
+    assert call("col_sum", big).tolist() == [[wrap_int32(np.int64(4 * (2**31 - 1))).item()] * 2]
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    assert np.allclose(call("col_sum", x), x.sum(axis=0, keepdims=True), rtol=1e-6)
+    assert np.array_equal(call("col_max", x), x.max(axis=0, keepdims=True))
+    # no rows: sum 0, max the lowest value of the type (identity of max)
+    assert call("col_sum", np.zeros((0, 3), np.int16)).tolist() == [[0, 0, 0]]
+    assert call("col_max", np.zeros((0, 3), np.int16)).tolist() == [[-32768] * 3]
+    assert call("col_max", np.zeros((0, 2), np.float32)).tolist() == [[-np.inf] * 2]
+
+
+def test_column_reduction_types():
+    n = sympy.Symbol("n")
+    for name, dt, out in (("col_sum", "int8", "int32"), ("col_sum", "bf16", "bf16"), ("col_max", "int16", "int16"),
+                          ("col_max", "fp32", "fp32")):
+        f = fn(name)
+        assert f.spec.out_type(f, Tile(dt, n, 8)) == Tile(out, 1, 8)
+        assert f.spec.flops(f, Tile(dt, n, 8)) == 8 * n
+    out = apply_typed(fn("col_sum"), Tile("bf16", 1, 2), np.float32([[1.0, 1.0], [2**-9, 0.0]]))
+    assert out.tolist() == [[1.0, 1.0]]                      # rounded to bf16
+    from step_hdl.functions import ShapeOnly
+    assert apply_typed(fn("col_max"), Tile("int8", 1, 8), ShapeOnly((5, 8), I16)).shape == (1, 8)
+
+
+# --------------------------------------------------------------------------- matmul transpose_a
+
+def test_matmul_transpose_a():
+    rng = np.random.default_rng(4)
+    a = rng.integers(-2**15, 2**15, (3, 5)).astype(np.int16)      # [k, m]
+    b = rng.integers(-2**15, 2**15, (3, 2)).astype(np.int16)      # [k, n]
+    got = call("matmul", a, b, transpose_a=True)
+    assert got.dtype == np.int32
+    assert np.array_equal(got, wrap_int32(a.T.astype(np.int64) @ b.astype(np.int64)))
+    bt = rng.integers(-2**15, 2**15, (2, 3)).astype(np.int16)     # [n, k]
+    both = call("matmul", a, bt, transpose_a=True, transpose_b=True)
+    assert np.array_equal(both, wrap_int32(a.T.astype(np.int64) @ bt.T.astype(np.int64)))
+    # two rows: their outer product (k = 1), wrapping at 32 bits
+    r = np.full((1, 3), -32768, np.int16)
+    assert call("matmul", r, r, transpose_a=True).tolist() == [[wrap_int32(np.int64(2**30)).item()] * 3] * 3
+    x, y = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    assert np.allclose(call("matmul", x, y, transpose_a=True), x.T @ y, rtol=1e-5)
+
+
+def test_matmul_transpose_a_types_and_params():
+    f = fn("matmul", transpose_a=True)
+    assert f.spec.out_type(f, Tile("int8", 4, 6), Tile("int16", 4, 2)) == Tile("int32", 6, 2)
+    assert f.spec.out_type(f, Tile("int16", 1, 4), Tile("int16", 1, 4)) == Tile("int32", 4, 4)
+    assert f.spec.flops(f, Tile("fp32", 4, 6), Tile("fp32", 4, 2)) == 2 * 6 * 4 * 2
+    g = fn("matmul", transpose_a=True, transpose_b=True)
+    assert g.spec.out_type(g, Tile("fp32", 4, 6), Tile("fp32", 2, 4)) == Tile("fp32", 6, 2)
+    with pytest.raises(StepTypeError, match="inner dimensions differ"):
+        f.spec.out_type(f, Tile("fp32", 4, 6), Tile("fp32", 6, 2))
+    with pytest.raises(StepTypeError, match="transpose_a must be true or false, got 1"):
+        fn("matmul", transpose_a=1)
+    # the default is not stored: existing graphs keep their names and JSON
+    assert fn("matmul", transpose_a=False) == fn("matmul") and str(fn("matmul")) == "matmul(transpose_b=False)"
+    assert f.to_json() == {"fn": "matmul", "transpose_a": True, "transpose_b": False}
+    from step_hdl.functions import ShapeOnly, fn_from_json
+    assert fn_from_json(f.to_json()) == f
+    assert apply_typed(f, Tile("int32", 6, 2), ShapeOnly((4, 6), I16), ShapeOnly((4, 2), I16)).shape == (6, 2)

@@ -92,6 +92,12 @@ class MapParams(StreamParams):
     ``in1_dtype`` (each defaulting to the first's). ``fns`` lists the supported
     functions (one is selected per program); all must produce the same output
     tile, which fixes the output port. ``out_dtype`` is requantize's target type.
+    ``matmul_transpose_a``: None (default) builds the matmul modes that the tiles
+    allow (a ``transpose_a`` register where both settings fit); True or False
+    builds only the ``transpose_a`` (``a.T @ b``) or only the plain modes, which
+    also picks the output tile where both fit with different sizes (two ``[1, P]``
+    rows: ``[P, P]`` outer product with True, ``[1, 1]`` inner product otherwise;
+    see :class:`~step_hdl.units.functions.MatMul`).
     """
 
     fns: tuple = ("add",)
@@ -100,6 +106,11 @@ class MapParams(StreamParams):
     in1_dtype: str | None = None
     out_dtype: str | None = None
     matmul_rows: int | None = None
+    matmul_transpose_a: bool | None = None
+
+    def hw(self, name: str):
+        """The hardware function ``name`` as this build makes it."""
+        return hw_fn(self.owner, name, self.matmul_transpose_a)
 
     def validate(self):
         super().validate()
@@ -123,9 +134,15 @@ class MapParams(StreamParams):
             raise ParamError(f"{self.owner}: fns must be a non-empty tuple of function names, got {self.fns!r}")
         if len(set(self.fns)) != len(self.fns):
             raise ParamError(f"{self.owner}: fns lists a function twice: {self.fns!r}")
+        if self.matmul_transpose_a is not None:
+            if not isinstance(self.matmul_transpose_a, bool):
+                raise ParamError(f"{self.owner}: matmul_transpose_a must be None, true or false, "
+                                 f"got {self.matmul_transpose_a!r}")
+            if "matmul" not in self.fns:
+                raise ParamError(f"{self.owner}: matmul_transpose_a is set but matmul is not in fns {self.fns!r}")
         outs = {}
         for name in self.fns:
-            f = hw_fn(self.owner, name)
+            f = self.hw(name)
             try:
                 outs[name] = f.out_tile(self.in0_tile, self.in1_tile if f.arity == 2 else None, self.out_dt)
             except StepTypeError as exc:
@@ -133,6 +150,9 @@ class MapParams(StreamParams):
         if len(set(outs.values())) != 1:
             raise ParamError(f"{self.owner}: the functions produce different output tiles "
                              f"({', '.join(f'{k}: {v}' for k, v in outs.items())}); one build has one output port")
+        if self.matmul_rows is not None and int(outs["matmul"].rows) != self.rows:
+            raise ParamError(f"{self.owner}: matmul_rows folds the first operand's rows, but this matmul's "
+                             f"output has {outs['matmul'].rows} rows (a transpose_a build cannot be folded)")
 
     @property
     def in0_tile(self) -> Tile:
@@ -152,7 +172,7 @@ class MapParams(StreamParams):
 
     @property
     def out_tile(self) -> Tile:
-        f = HW_FUNCTIONS[self.fns[0]]
+        f = self.hw(self.fns[0])
         return f.out_tile(self.in0_tile, self.in1_tile if f.arity == 2 else None, self.out_dt)
 
     @property
@@ -164,8 +184,8 @@ class MapParams(StreamParams):
     def multipliers(self) -> int:
         """Hardware multipliers of the build (every supported function is built; a folded
         matmul has ``matmul_rows·K·N``)."""
-        return sum(HW_FUNCTIONS[n].multipliers(self.in0_tile, self.in1_tile) // (self.matmul_passes if n == "matmul"
-                                                                                 else 1) for n in self.fns)
+        return sum(self.hw(n).multipliers(self.in0_tile, self.in1_tile) // (self.matmul_passes if n == "matmul"
+                                                                           else 1) for n in self.fns)
 
 
 class Map(StepUnit):
@@ -182,7 +202,7 @@ class Map(StepUnit):
     ``params.multipliers`` counts a build's multipliers.
 
     Registers: ``fn`` (index into ``params.fns``) and the functions' own
-    (``shift``, ``frac``, ``transpose``, ``scale``, ``offset``).
+    (``shift``, ``frac``, ``transpose``, ``transpose_a``, ``scale``, ``offset``).
 
     Stops and done pass through in lockstep: with two inputs both must carry
     the same stop structure (the tokens of ``i1`` are consumed with those of
@@ -224,7 +244,7 @@ class Map(StepUnit):
         f = as_fn(owner, op_params.get("fn"))
         if f.name not in p.fns:
             raise ParamError(f"{owner}: function {f.name!r} is not built into this unit (it has {list(p.fns)})")
-        hf = HW_FUNCTIONS[f.name]
+        hf = p.hw(f.name)
         n = op_params.get("n", 1)
         if n != hf.arity:
             raise ParamError(f"{owner}: function {f.name!r} takes {hf.arity} input(s), the node has n={n}")
@@ -242,12 +262,9 @@ class Map(StepUnit):
         """``matmul_rows`` output rows per cycle: row group ``phase`` of ``a`` times ``b``; the earlier
         groups are kept in ``partial`` and the last one is combinational when the result is registered."""
         p = self.params
-        g_rows, passes, k_dim = p.matmul_rows, p.matmul_passes, a.cols
+        g_rows, passes = p.matmul_rows, p.matmul_passes
         n_cols = int(out_tile.cols)
-        sub = [Array([a.elems[(g * g_rows + r) * k_dim + k] for g in range(passes)])[phase]
-               for r in range(g_rows) for k in range(k_dim)]
-        a_sub = TileVal(Tile(a.tile.dtype, g_rows, k_dim), sub)
-        group = HW_FUNCTIONS["matmul"].build(m, a_sub, b, Tile(out_tile.dtype, g_rows, n_cols), regs)
+        group = p.hw("matmul").build(m, a, b, out_tile, regs, row_group=(phase, g_rows))
         partial = Signal(self.o.payload.payload.shape(), name="matmul_partial")
         width = g_rows * n_cols
         with m.Switch(phase):
@@ -273,7 +290,7 @@ class Map(StepUnit):
         phase = Signal(range(passes), name="matmul_phase") if passes > 1 else None
         with m.Switch(regs["fn"]):
             for k, name in enumerate(p.fns):
-                hf = HW_FUNCTIONS[name]
+                hf = p.hw(name)
                 with m.Case(k):
                     if name == "matmul" and passes > 1:
                         elems = self._folded_matmul(m, a, b, out_tile, regs, phase)

@@ -3,28 +3,52 @@
 Each :class:`HwFn` builds, for one physical operand tile (or two), the output
 tile's elements as Amaranth values, bit-exact with the numpy reference:
 
-==============  =====  ============================  ==============================  =====================
-function        arity  operands -> result            registers (per program)         multipliers
-==============  =====  ============================  ==============================  =====================
-``matmul``      2      ``[M,K] x [K,N]`` -> int32    ``transpose`` (b is [K,K])      ``M·K·N``
-``add``/``sub`` 2      ``[R,C] . [R,C]`` -> int32    (a side of size 1 broadcasts)   0
-``mul``         2      (as add)                                                      ``R·C``
-``max``         2      (as add)                                                      0
-``requantize``  1      int -> ``out_dtype``          ``shift`` (0..31)               0
-``silu``        1      int8/int16, same type         ``frac`` (0..14)                ``R·C``
-``exp``         1      int8/int16, same type         ``frac`` (0..14)                ``3·R·C`` (one by a constant)
-``row_sum``     1      ``[R,C]`` -> ``[R,1]`` int32                                  0
-``row_max``     1      ``[R,C]`` -> ``[R,1]`` same                                   0
-``affine``      1      int -> int32                  ``scale``, ``offset`` (int32)   ``R·C`` (32x32)
-==============  =====  ============================  ==============================  =====================
+==============  =====  ==============================  ==============================  =====================
+function        arity  operands -> result              registers (per program)         multipliers
+==============  =====  ==============================  ==============================  =====================
+``matmul``      2      ``[M,K] x [K,N]`` -> int32      ``transpose``, ``transpose_a``  ``M·K·N``
+                       (``a`` as ``[K,M]`` with        (only where several modes
+                       ``transpose_a``, ``b`` as       fit the tiles, see
+                       ``[N,K]`` with ``transpose``)   :func:`matmul_modes`)
+``add``/``sub`` 2      ``[R,C] . [R,C]`` -> int32      (a side of size 1 broadcasts)   0
+``mul``         2      (as add)                                                        ``R·C``
+``max``         2      (as add)                                                        0
+``div``         2      (as add), floor division                                        0 (``R·C`` dividers)
+``requantize``  1      int -> ``out_dtype``            ``shift`` (0..31)               0
+``silu``        1      int8/int16, same type           ``frac`` (0..14)                ``R·C``
+``exp``         1      int8/int16, same type           ``frac`` (0..14)                ``3·R·C`` (one by a constant)
+``row_sum``     1      ``[R,C]`` -> ``[R,1]`` int32                                    0
+``row_max``     1      ``[R,C]`` -> ``[R,1]`` same                                     0
+``col_sum``     1      ``[R,C]`` -> ``[1,C]`` int32                                    0
+``col_max``     1      ``[R,C]`` -> ``[1,C]`` same                                     0
+``affine``      1      int -> int32                    ``scale``, ``offset`` (int32)   ``R·C`` (32x32)
+==============  =====  ==============================  ==============================  =====================
 
-All are purely combinational (a unit registers the result); matmul and
-row_sum use balanced adder trees (depth ``ceil(log2 K)``). Multipliers are
+All are purely combinational (a unit registers the result); matmul and the
+row/column sums use balanced adder trees (depth ``ceil(log2 K)``). Multipliers are
 counted per build (:attr:`MapParams.multipliers`); a folded matmul
 (``MapParams.matmul_rows``) divides its count by the number of passes. Integer results
 that the library defines as int32 wrap modulo 2**32 (the sum is truncated);
 ``requantize``/``silu``/``exp`` saturate. Broadcasting follows the library: a
 side of size 1 of either operand is repeated along that side.
+
+``div`` is one combinational signed divider per output element (Amaranth ``//``,
+which floors like numpy's ``floor_divide``); a zero divisor gives 0 through an
+explicit multiplexer (Amaranth defines ``x // 0 == 0`` too, but Verilog's ``/``
+gives ``x``, so the RTL does not rely on the back end). Its result is exact
+(``-2**31 // -1`` needs 33 bits) and then wrapped to int32 like the library's.
+
+A matmul build supports the modes ``(transpose_a, transpose_b)`` under which the
+physical tiles multiply to the build's output tile (:func:`matmul_modes`). The
+output tile is that of the first fitting mode in the order (False, False),
+(False, True), (True, False), (True, True), unless ``MapParams.matmul_transpose_a``
+asks for a ``transpose_a`` (True) or plain (False) build: e.g. two ``[1, P]`` rows
+give their ``[1, 1]`` inner product by default and their ``[P, P]`` outer product
+(``a.T @ b``, ``K = 1``) with ``matmul_transpose_a=True`` (which, like ``False``,
+also restricts the build to that ``transpose_a`` setting). A choice that only one
+mode allows is wired; where both settings of ``transpose_b`` (or of
+``transpose_a``) give the output tile (square tiles), the ``transpose`` (or
+``transpose_a``) register selects per program.
 """
 
 from __future__ import annotations
@@ -168,47 +192,130 @@ class Max(_Elementwise):
         return smax(x, y)
 
 
-def matmul_modes(a: Tile, b: Tile) -> list[bool]:
-    """The ``transpose_b`` settings under which ``a @ b`` is defined for these physical tiles."""
-    return [t for t in (False, True) if (b.cols if t else b.rows) == a.cols]
+class Div(_Elementwise):
+    """Floor division, 0 for a zero divisor (one combinational divider per element)."""
+
+    name = "div"
+
+    def op(self, x, y):
+        return Mux(y == 0, 0, x // y)
+
+
+MATMUL_MODES = ((False, False), (False, True), (True, False), (True, True))
+
+
+def matmul_dims(a: Tile, b: Tile, transpose_a: bool, transpose_b: bool):
+    """``(M, K, N)`` of the product in this mode, or None when the inner dimensions differ."""
+    ak, am = (int(a.rows), int(a.cols)) if transpose_a else (int(a.cols), int(a.rows))
+    bk, bn = (int(b.cols), int(b.rows)) if transpose_b else (int(b.rows), int(b.cols))
+    return (am, ak, bn) if ak == bk else None
+
+
+def matmul_modes(a: Tile, b: Tile, transpose_a: bool | None = False) -> list:
+    """Modes under which the physical tiles ``a`` and ``b`` multiply.
+
+    With ``transpose_a`` False (the default) or True: the ``transpose_b`` settings
+    (bools) that fit with that ``transpose_a``. With ``transpose_a=None``: every
+    fitting ``(transpose_a, transpose_b)`` pair, in the order of ``MATMUL_MODES``.
+    """
+    if transpose_a is None:
+        return [mode for mode in MATMUL_MODES if matmul_dims(a, b, *mode) is not None]
+    return [tb for tb in (False, True) if matmul_dims(a, b, transpose_a, tb) is not None]
 
 
 class MatMul(HwFn):
-    """``[M,K] x [K,N]`` (or ``b`` as ``[N,K]`` with ``transpose``), fully parallel: ``M·K·N`` multipliers."""
+    """``[M,K] x [K,N]`` (``a`` as ``[K,M]`` with ``transpose_a``, ``b`` as ``[N,K]`` with ``transpose``),
+    fully parallel: ``M·K·N`` multipliers.
+
+    ``transpose_a`` (None, True or False) is the build's structural preference
+    (``MapParams.matmul_transpose_a``): None supports every fitting mode that gives
+    the output tile of the first fitting one; True (False) only the fitting modes
+    with (without) ``transpose_a`` that give the output tile of the first of them
+    (:meth:`build_modes`).
+    """
 
     name = "matmul"
     arity = 2
-    regs = (Reg("transpose", 1, 0, doc="matmul: take the second operand as [N, K]"),)
+    regs = (Reg("transpose", 1, 0, doc="matmul: take the second operand as [N, K]"),
+            Reg("transpose_a", 1, 0, doc="matmul: take the first operand as [K, M]"))
+
+    def __init__(self, transpose_a: bool | None = None):
+        self.transpose_a = transpose_a
+
+    def build_modes(self, a: Tile, b: Tile) -> list:
+        """The ``(transpose_a, transpose_b)`` modes this build computes on physical tiles ``a``, ``b``."""
+        fits = matmul_modes(a, b, None)
+        pick = [mode for mode in fits if self.transpose_a is None or mode[0] == self.transpose_a]
+        if not pick:
+            return []
+        out = matmul_dims(a, b, *pick[0])[::2]          # (M, N) of the build's output tile
+        return [mode for mode in pick if matmul_dims(a, b, *mode)[::2] == out]
+
+    def _choice(self, a, b):
+        modes = self.build_modes(a, b)
+        return modes, sorted({ta for ta, _ in modes}), sorted({tb for _, tb in modes})
 
     def type_params(self, a, b, out_dtype):
-        modes = matmul_modes(a, b)
-        return {"transpose_b": modes[0] if modes else False}
+        modes = self.build_modes(a, b)
+        if not modes:
+            if self.transpose_a is None:
+                return {"transpose_b": False}
+            return {"transpose_a": self.transpose_a, "transpose_b": False}  # the type rule reports the misfit
+        return {"transpose_a": modes[0][0], "transpose_b": modes[0][1]}
 
     def reg_values(self, f, a, b):
-        t = bool(f.param("transpose_b"))
-        if t not in matmul_modes(a, b):
-            raise ParamError(f"matmul with transpose_b={t} does not fit the physical tiles {a} x {b}")
-        return {"transpose": int(t)} if len(matmul_modes(a, b)) > 1 else {}
+        mode = (bool(f.param("transpose_a")), bool(f.param("transpose_b")))
+        modes, tas, tbs = self._choice(a, b)
+        if mode not in modes:
+            fits = [f"(transpose_a={ta}, transpose_b={tb})" for ta, tb in modes]
+            raise ParamError(f"matmul with transpose_a={mode[0]}, transpose_b={mode[1]} is not built for the "
+                             f"physical tiles {a} x {b}; this build computes {', '.join(fits) or 'nothing'}")
+        values = {}
+        if len(tbs) > 1:
+            values["transpose"] = int(mode[1])
+        if len(tas) > 1:
+            values["transpose_a"] = int(mode[0])
+        return values
 
     def multipliers(self, a, b):
-        o = self.out_tile(a, b, None)
-        return int(o.rows) * int(a.cols) * int(o.cols)
+        modes = self.build_modes(a, b)
+        if not modes:
+            return 0
+        m, k, n = matmul_dims(a, b, *modes[0])
+        return m * k * n
 
-    def build(self, m, a, b, out, regs):
-        modes = matmul_modes(a.tile, b.tile)
-        k_dim = a.cols
+    def build(self, m, a, b, out, regs, row_group=None):
+        """All output elements; with ``row_group=(phase, g)`` only rows ``phase·g + r`` (``r < g``) of the
+        product, ``phase`` a signal (a folded matmul's pass), the rows chosen by multiplexers."""
+        modes, tas, tbs = self._choice(a.tile, b.tile)
+        m_dim, k_dim, n_dim = matmul_dims(a.tile, b.tile, *modes[0])
+
+        def element(t, modes, reg, r, c):   # element (r, c) of operand t as the product reads it
+            plain, trans = t.elems[r * t.cols + c] if r < t.rows and c < t.cols else None, \
+                t.elems[c * t.cols + r] if c < t.rows and r < t.cols else None
+            if len(modes) > 1:
+                return Mux(regs[reg], trans, plain)
+            return trans if modes[0] else plain
+
+        def a_el(i, k):   # element (i, k) of the [M, K] operand
+            return element(a, tas, "transpose_a", i, k)
+
+        def b_el(k, j):   # element (k, j) of the [K, N] operand
+            return element(b, tbs, "transpose", k, j)
+
+        if row_group is None:
+            rows = [[a_el(i, k) for k in range(k_dim)] for i in range(m_dim)]
+        else:
+            phase, g = row_group
+            passes = m_dim // g
+            rows = [[Array([a_el(p * g + r, k) for p in range(passes)])[phase] for k in range(k_dim)]
+                    for r in range(g)]
         res = []
-        for i in range(int(out.rows)):
-            for j in range(int(out.cols)):
+        for a_row in rows:
+            for j in range(n_dim):
                 terms = []
                 for k in range(k_dim):
-                    if modes == [False]:
-                        bkj = b.elems[k * b.cols + j]
-                    elif modes == [True]:
-                        bkj = b.elems[j * b.cols + k]
-                    else:
-                        bkj = Mux(regs["transpose"], b.elems[j * b.cols + k], b.elems[k * b.cols + j])
-                    prod = a.elems[i * a.cols + k] * bkj
+                    prod = a_row[k] * b_el(k, j)
                     terms.append(wrap32(prod) if len(prod) > 32 else prod)
                 res.append(wrap32(tree(terms, lambda x, y: x + y)))
         return res
@@ -292,19 +399,33 @@ class Exp(HwFn):
         return res
 
 
-class RowSum(HwFn):
+class _AxisReduce(HwFn):
+    """Adder (or max) trees along rows (``axis = 1``) or down columns (``axis = 0``)."""
+
+    axis, is_sum = 1, True
+
+    def build(self, m, a, b, out, regs):
+        lines = ([[a.elems[r * a.cols + c] for c in range(a.cols)] for r in range(a.rows)] if self.axis == 1 else
+                 [[a.elems[r * a.cols + c] for r in range(a.rows)] for c in range(a.cols)])
+        if self.is_sum:
+            return [wrap32(tree(line, lambda x, y: x + y)) for line in lines]
+        return [tree(line, smax) for line in lines]
+
+
+class RowSum(_AxisReduce):
     name = "row_sum"
 
-    def build(self, m, a, b, out, regs):
-        return [wrap32(tree([a.elems[r * a.cols + c] for c in range(a.cols)], lambda x, y: x + y))
-                for r in range(a.rows)]
+
+class RowMax(_AxisReduce):
+    name, is_sum = "row_max", False
 
 
-class RowMax(HwFn):
-    name = "row_max"
+class ColSum(_AxisReduce):
+    name, axis = "col_sum", 0
 
-    def build(self, m, a, b, out, regs):
-        return [tree([a.elems[r * a.cols + c] for c in range(a.cols)], smax) for r in range(a.rows)]
+
+class ColMax(_AxisReduce):
+    name, axis, is_sum = "col_max", 0, False
 
 
 def _wrap_int(v: int) -> int:
@@ -330,13 +451,17 @@ class Affine(HwFn):
         return [wrap32(wrap32(x * regs["scale"]) + regs["offset"]) for x in a.elems]
 
 
-HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, MatMul, Requantize, Silu, Exp,
-                                                        RowSum, RowMax, Affine)}
+HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, Div, MatMul, Requantize, Silu, Exp,
+                                                        RowSum, RowMax, ColSum, ColMax, Affine)}
 
 
-def hw_fn(owner: str, name: str) -> HwFn:
+def hw_fn(owner: str, name: str, matmul_transpose_a: bool | None = None) -> HwFn:
+    """The hardware function ``name``; a matmul with a structural ``transpose_a`` preference is its own
+    instance (see :class:`MatMul`)."""
     if name not in HW_FUNCTIONS:
         raise ParamError(f"{owner}: unsupported function {name!r}; hardware functions: {sorted(HW_FUNCTIONS)}")
+    if name == "matmul" and matmul_transpose_a is not None:
+        return MatMul(matmul_transpose_a)
     return HW_FUNCTIONS[name]
 
 

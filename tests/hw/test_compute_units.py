@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from step_hdl import StreamType, Tile
+from step_hdl import StepTypeError, StreamType, Tile
 from step_hdl.functions import fn
 from step_hdl.token import encode
 from step_hdl.types import dyn, ragged
@@ -64,9 +64,12 @@ BINARY = ("add", "sub", "mul", "max", "matmul")
 
 
 @pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16")])
-@pytest.mark.parametrize("f", ["add", "sub", "mul", "max", "matmul", fn("matmul", transpose_b=True)], ids=str)
+@pytest.mark.parametrize("f", ["add", "sub", "mul", "max", "matmul", fn("matmul", transpose_b=True),
+                               fn("matmul", transpose_a=True), fn("matmul", transpose_a=True, transpose_b=True)],
+                         ids=str)
 def test_map_binary_one_build(sim_backend, size, dt, f):
-    """One build with every binary function; the fn register selects (square tiles: transpose is a register)."""
+    """One build with every binary function; the fn register selects (square tiles: transpose and
+    transpose_a are registers)."""
     unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=BINARY, max_rank=2))
     rng = np.random.default_rng(size)
     t = Tile(dt, size, size)
@@ -112,12 +115,14 @@ def test_map_matmul_rectangular(sim_backend, transpose):
 
 @pytest.mark.parametrize("g", [1, 2])
 def test_map_matmul_folded(sim_backend, g):
-    """matmul_rows=g: g output rows per cycle, II 4/g, 16·g multipliers; transpose stays a register."""
+    """matmul_rows=g: g output rows per cycle, II 4/g, 16·g multipliers; transpose and transpose_a stay
+    registers."""
     unit = Map(MapParams(rows=4, cols=4, dtype="int16", fns=("matmul", "add"), matmul_rows=g, max_rank=2))
     assert unit.params.multipliers == g * 16 and unit.params.matmul_passes == 4 // g
     t = Tile("int16", 4, 4)
     rng = np.random.default_rng(17)
-    for f in (fn("matmul", transpose_b=True), "matmul"):
+    for f in (fn("matmul", transpose_b=True), "matmul", fn("matmul", transpose_a=True),
+              fn("matmul", transpose_a=True, transpose_b=True)):
         check_unit(unit, "Map", paired(rng, t, t, "rank2"), dict(fn=f, n=2), backend=sim_backend)
     # without stalls, each data tile pair costs 4/g cycles instead of 1
     inputs = paired(rng, t, t, "rank2")
@@ -176,6 +181,149 @@ def test_map_empty_stream(sim_backend):
     st = StreamType(t, (0,))
     check_unit(unit, "Map", {"in0": (st, encode([], 0)), "in1": (st, encode([], 0))}, dict(fn="mul", n=2),
                backend=sim_backend)
+
+
+# --------------------------------------------------------------------------- matmul with transpose_a
+
+def test_map_matmul_outer_product(sim_backend):
+    """Two [1, 4] int16 rows -> their [4, 4] outer product a.T @ b (K = 1), bit for bit, wrapping at 32 bits."""
+    unit = Map(MapParams(rows=1, cols=4, dtype="int16", fns=("matmul",), in1_rows=1, in1_cols=4,
+                         matmul_transpose_a=True))
+    assert unit.params.out_tile == Tile("int32", 4, 4) and unit.params.multipliers == 16
+    f = fn("matmul", transpose_a=True)
+    rng = np.random.default_rng(25)
+    for shape_key in ("rank1", "rank2"):
+        inputs = paired(rng, Tile("int16", 1, 4), Tile("int16", 1, 4), shape_key)
+        inputs["in0"][1][0].payload[0, :2] = -32768              # -32768 * -32768 = 2**30: the widest product
+        inputs["in1"][1][0].payload[0, :2] = -32768
+        _check_matmul_reference(inputs, f)
+        config = unit.configure(dict(fn=f, n=2), {port: st for port, (st, _) in inputs.items()})
+        assert config == unit.config_image(fn=0)                 # the only mode: wired, no transpose register
+        check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend=sim_backend)
+
+
+def _check_matmul_reference(inputs, f):
+    """The interpreter's reference (what check_unit compares with) is numpy's a.T @ b, wrapped."""
+    from step_hdl.functions import apply_typed
+    for ta, tb in zip(inputs["in0"][1], inputs["in1"][1]):
+        if ta.is_data:
+            a, b = ta.payload.astype(np.int64), tb.payload.astype(np.int64)
+            a = a.T if f.param("transpose_a") else a
+            b = b.T if f.param("transpose_b") else b
+            want = ((a @ b + 2**31) % 2**32 - 2**31).astype(np.int32)
+            out = Tile("int32", *want.shape)
+            assert np.array_equal(apply_typed(f, out, ta.payload, tb.payload), want)
+
+
+def test_map_matmul_row_tiles_default_is_inner_product():
+    """Without matmul_transpose_a, [1, 4] x [1, 4] keeps its earlier build: the inner product a @ b.T."""
+    unit = Map(MapParams(rows=1, cols=4, dtype="int16", fns=("matmul",), in1_rows=1, in1_cols=4))
+    assert unit.params.out_tile == Tile("int32", 1, 1)
+    st = StreamType(Tile("int16", 1, 4), (3,))
+    types = {"in0": st, "in1": st}
+    assert unit.configure(dict(fn=fn("matmul", transpose_b=True), n=2), types) == unit.config_image(fn=0)
+    with pytest.raises(ParamError, match="produces int32\\[4,4\\], but the output port carries int32\\[1,1\\]"):
+        unit.configure(dict(fn=fn("matmul", transpose_a=True), n=2), types)
+    unit._MustUse__silence = True  # configured only, never simulated
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_map_matmul_transpose_a_rectangular(sim_backend, tb):
+    """[3, 2] as [2, 3]ᵀ times [3, 4] (or [4, 3] transposed): transpose_a is the only fitting mode, wired."""
+    b = Tile("int8", 4, 3) if tb else Tile("int8", 3, 4)
+    unit = Map(MapParams(rows=3, cols=2, dtype="int8", fns=("matmul",), in1_rows=int(b.rows),
+                         in1_cols=int(b.cols)))
+    assert unit.params.out_tile == Tile("int32", 2, 4) and unit.params.multipliers == 2 * 3 * 4
+    f = fn("matmul", transpose_a=True, transpose_b=tb)
+    inputs = paired(np.random.default_rng(26), Tile("int8", 3, 2), b, "rank2")
+    _check_matmul_reference(inputs, f)
+    check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend=sim_backend)
+    with pytest.raises(StepTypeError, match="inner dimensions differ"):
+        unit.configure(dict(fn=fn("matmul", transpose_a=True, transpose_b=not tb), n=2),
+                       {"in0": StreamType(Tile("int8", 3, 2), (2,)), "in1": StreamType(b, (2,))})
+
+
+def test_map_matmul_square_registers():
+    """Square tiles fit all four modes: ``transpose`` (transpose_b) and ``transpose_a`` are registers."""
+    unit = Map(MapParams(rows=2, cols=2, dtype="int8", fns=("matmul",)))
+    st = StreamType(Tile("int8", 2, 2), (3,))
+    types = {"in0": st, "in1": st}
+    for ta in (False, True):
+        for tb in (False, True):
+            img = unit.configure(dict(fn=fn("matmul", transpose_a=ta, transpose_b=tb), n=2), types)
+            assert img == unit.config_image(fn=0, transpose=int(tb), transpose_a=int(ta))
+    plain = Map(MapParams(rows=2, cols=2, dtype="int8", fns=("matmul",), matmul_transpose_a=False))
+    assert plain.configure(dict(fn="matmul", n=2), types) == plain.config_image(fn=0, transpose=0)
+    with pytest.raises(ParamError, match="transpose_a=True, transpose_b=False is not built"):
+        plain.configure(dict(fn=fn("matmul", transpose_a=True), n=2), types)
+    for u in (unit, plain):  # configured only, never simulated
+        u._MustUse__silence = True
+
+
+# --------------------------------------------------------------------------- integer div
+
+def _divisors(rng, rows, cols, dt):
+    """Divisors: zeros, ±1, small and extreme values, and random ones over the full range."""
+    info = INFO[dt]
+    choices = np.array([0, 0, 1, -1, 2, -3, 7, -13, info.min, info.max], dtype=np.int64)
+    b = np.where(rng.random((rows, cols)) < 0.5, rng.choice(choices, (rows, cols)),
+                 rng.integers(info.min, info.max, (rows, cols), endpoint=True))
+    return b.astype(info.dtype)
+
+
+def floor_div_ref(a, b):
+    """numpy's floor_divide on exact integers (0 for a zero divisor), wrapped to int32."""
+    with np.errstate(divide="ignore"):
+        q = np.floor_divide(a.astype(np.int64), b.astype(np.int64))
+    return ((q + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+@pytest.mark.parametrize("shape_key", ["rank1", "rank2"])
+def test_map_div_broadcast(sim_backend, shape_key):
+    """int32 [4, 4] // int32 [1, 4] broadcast over rows: floor division, 0 for a zero divisor, bit for bit."""
+    unit = Map(MapParams(rows=4, cols=4, dtype="int32", fns=("div",), in1_rows=1, in1_cols=4))
+    assert unit.params.out_tile == Tile("int32", 4, 4) and unit.params.multipliers == 0
+    rng = np.random.default_rng(27)
+    rank, struct, shape = SHAPES[shape_key]
+    num = encode(nested(struct, lambda: rand_tile(rng, 4, 4, "int32")), rank)
+    den = encode(nested(struct, lambda: _divisors(rng, 1, 4, "int32")), rank)
+    data_a = [t.payload for t in num if t.is_data]
+    data_b = [t.payload for t in den if t.is_data]
+    # the corner cases occur for sure: zero divisors, negative numerators, -2**31 // -1 (wraps)
+    data_a[0][:, :2] = [[-7, 7], [7, -2**31], [-2**31, -1], [0, 5]]
+    data_b[0][0, :2] = [0, -1]
+    data_b[1][0, 0] = 2
+    data_a[1][:, 0] = [-7, 7, -1, -2**31]
+    f = fn("div")
+    for a, b in zip(data_a, data_b):     # the reference check_unit compares with is numpy's floor_divide
+        assert np.array_equal(f.spec.apply(f, a, b), floor_div_ref(a, b))
+    assert floor_div_ref(data_a[1][:, :1], data_b[1][:, :1]).ravel().tolist() == [-4, 3, -1, -2**30]
+    st0, st1 = StreamType(Tile("int32", 4, 4), shape), StreamType(Tile("int32", 1, 4), shape)
+    check_unit(unit, "Map", {"in0": (st0, num), "in1": (st1, den)}, dict(fn="div", n=2), backend=sim_backend)
+
+
+def test_map_div_small_types(sim_backend):
+    """int8 // int8 (full range, -128 // -1 = 128 is exact in int32) and an int16 numerator over an int8 scalar."""
+    unit = Map(MapParams(rows=2, cols=2, dtype="int8", fns=("div", "add")))
+    rng = np.random.default_rng(28)
+    inputs = paired(rng, Tile("int8", 2, 2), Tile("int8", 2, 2), "rank2")
+    inputs["in0"][1][0].payload[:] = [[-128, -128], [5, -5]]
+    inputs["in1"][1][0].payload[:] = [[-1, 0], [-2, 2]]
+    check_unit(unit, "Map", inputs, dict(fn="div", n=2), backend=sim_backend)
+    scalar = Map(MapParams(rows=2, cols=2, dtype="int16", fns=("div",), in1_rows=1, in1_cols=1, in1_dtype="int8"))
+    inputs = paired(rng, Tile("int16", 2, 2), Tile("int8", 1, 1), "rank1")
+    check_unit(scalar, "Map", inputs, dict(fn="div", n=2), backend=sim_backend)
+
+
+# --------------------------------------------------------------------------- column reductions
+
+@pytest.mark.parametrize("f, dt", [("col_sum", "int16"), ("col_max", "int8"), ("col_sum", "int32"),
+                                   ("col_max", "int32")])
+def test_map_col_reduce(sim_backend, f, dt):
+    unit = Map(MapParams(rows=4, cols=3, dtype=dt, fns=(f,)))
+    assert unit.params.out_tile == Tile("int32" if f == "col_sum" else dt, 1, 3)
+    st, toks = stream(np.random.default_rng(29), Tile(dt, 4, 3), "rank1")
+    check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=f), backend=sim_backend)
 
 
 # --------------------------------------------------------------------------- Accum / Scan
@@ -401,12 +549,20 @@ def test_flatmap_range_static(sim_backend, shape_key, count):
 @pytest.mark.parametrize("make, message", [
     (lambda: MapParams(rows=0, cols=2), "MapParams: rows must be an integer >= 1, got 0"),
     (lambda: MapParams(dtype="bf16"), "unsupported element type 'bf16'"),
-    (lambda: MapParams(fns=("div",)), "MapParams: unsupported function 'div'"),
+    (lambda: MapParams(fns=("sel_index",)), "MapParams: unsupported function 'sel_index'"),
     (lambda: MapParams(fns=()), "fns must be a non-empty tuple"),
     (lambda: MapParams(fns=("add", "silu")), "the functions produce different output tiles"),
     (lambda: MapParams(dtype="int32", fns=("silu",)), "function 'silu' cannot run on these tiles"),
-    (lambda: MapParams(rows=2, cols=3, fns=("matmul",), in1_rows=2, in1_cols=2),
+    (lambda: MapParams(rows=2, cols=3, fns=("matmul",), in1_rows=4, in1_cols=5),
      "function 'matmul' cannot run on these tiles"),
+    (lambda: MapParams(rows=2, cols=4, fns=("matmul",), in1_rows=4, in1_cols=3, matmul_transpose_a=True),
+     "function 'matmul' cannot run on these tiles: function matmul(transpose_a=True, transpose_b=False): "
+     "inner dimensions differ"),
+    (lambda: MapParams(fns=("add",), matmul_transpose_a=True), "matmul_transpose_a is set but matmul is not in fns"),
+    (lambda: MapParams(fns=("matmul",), matmul_transpose_a=1), "matmul_transpose_a must be None, true or false"),
+    (lambda: MapParams(rows=2, cols=4, fns=("matmul",), in1_rows=2, in1_cols=3, matmul_rows=1),
+     "output has 4 rows (a transpose_a build cannot be folded)"),
+    (lambda: MapParams(fns=("div", "col_sum")), "the functions produce different output tiles"),
     (lambda: MapParams(fns=("add",), in1_rows=3), "function 'add' cannot run on these tiles"),
     (lambda: MapParams(fns=("matmul",), matmul_rows=3), "matmul_rows (3) must divide rows (4)"),
     (lambda: MapParams(fns=("add",), matmul_rows=2), "matmul_rows is set but matmul is not in fns"),
