@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from step_hdl.errors import StepError
-from step_hdl.types import DTYPES
+from step_hdl.types import DTYPES, dyn
 
 #: operator kinds that need no hardware unit of their own
 NO_UNIT = {"Output", "Feedback"}
@@ -151,6 +151,17 @@ def _static(expr, bindings, what):
     return int(v)
 
 
+def _per_buffer(dim, bindings):
+    """A buffer dimension with a ragged total ``X_total`` (the lengths of a ragged dimension over its
+    outer elements, e.g. the KV rows of every item of a region) bounded by one element's ``X_max``: a
+    buffer holds one element's chunk. The bindings give ``X_max`` (the longest chunk of the input)."""
+    import sympy
+    names = {str(k) for k in (bindings or {})}
+    d = sympy.sympify(dim)
+    return d.subs({s: dyn(s.name[:-len("_total")] + "_max") for s in d.free_symbols
+                   if s.name.endswith("_total") and s.name[:-len("_total")] + "_max" in names})
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -161,7 +172,7 @@ def sram_entries(graph, bindings=None) -> int:
     for node in graph.nodes.values():
         if node.kind != "Bufferize":
             continue
-        shape = node.out_types["out"].dtype.shape
+        shape = [_per_buffer(d, bindings) for d in node.out_types["out"].dtype.shape]
         n = _static(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
         users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
         if not any(u.params.get("read_shape") for u in users):

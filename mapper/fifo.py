@@ -35,7 +35,9 @@ def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) ->
     """Depth of every edge (keyed ``producer.port``): ``default``, or more on reconvergent fan-outs."""
     succ: dict[str, list[str]] = {}
     for ref, consumer, _ in graph.edges():
-        succ.setdefault(ref.node.name, []).append(consumer)
+        if graph.nodes[consumer].kind != "Feedback":
+            # a cycle's paths are bounded by its credits (the EagerMerge that closes it), not by FIFOs
+            succ.setdefault(ref.node.name, []).append(consumer)
     depths = {ref.label: default for ref, _, _ in graph.edges()}
     for node in graph.nodes.values():
         if len(node.out_types) < 2:

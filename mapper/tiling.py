@@ -39,7 +39,21 @@ their ranks shifted by the two block dimensions:
 * a ``ref`` stream of logical tiles (an off-chip load per logical tile)
   becomes one token per logical tile (an Accum over the two block dims);
 * an element-wise function with a ``[1, 1]`` second operand repeats that
-  operand along the row.
+  operand along the row; with a ``[1, C]`` second operand over ``N`` rows
+  (softmax's ``s - col_max(s)``) the rows are buffered whole until the
+  operand is there, then replayed with the operand re-read once per row;
+* ``col_max``/``col_sum`` of row tiles are an Accum over the rows, and a
+  ``transpose_a`` matmul of two row-tiled operands (``Vᵀ·e``, contracting the
+  dynamic ``N``) is one outer product ``[1, P]ᵀ x [1, P]`` per row pair,
+  accumulated (its first operand buffered whole per tile: in attention it
+  is loaded long before the second is computed from the same rows).
+
+Index streams (IndexSource, FlatMap ``range``, store acknowledgements, and
+the Broadcast/Partition/EagerMerge that route them) are not tiles of data:
+they keep their shape. Random loads and stores move one physical tile per
+address (the address is unchanged); a narrow table row (``[1, 2]`` start and
+length) stays one record. A selector cycle (``Graph.feedback``, closed through
+an EagerMerge) is carried over as it is.
 
 The lowered graph computes the same result as the original (integer types
 bit-exactly); ``tests/test_tiling.py`` checks that with the interpreter.
@@ -56,6 +70,8 @@ from step_hdl.graph import Graph
 from step_hdl.types import Tile, as_dim
 
 ELEMENTWISE = {"add", "sub", "mul", "max", "div", "silu", "exp", "requantize"}
+#: column reductions -> (Accum update, initial state)
+COLUMN_REDUCE = {"col_max": ("max", "lowest"), "col_sum": ("add", "zeros")}
 
 
 class TilingError(StepError):
@@ -85,6 +101,14 @@ def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> 
     return (int(rows) if dynamic_rows else _cut(rows, P)[1]) * -(-int(cols) // P)
 
 
+def stream_tokens(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
+    """Tokens a ``[rows, cols]`` tile takes on a lowered stream: its physical tiles plus the stop that
+    closes each block row (``[..., rb, cb]``: ``cb`` tiles, then a stop), one per row for row tiles.
+    Every token is one transfer, so this is what a stream of such tiles costs in cycles."""
+    rb = int(rows) if dynamic_rows else _cut(rows, P)[1]
+    return physical_tiles(rows, cols, P, dynamic_rows) + rb
+
+
 def _phys(tile: Tile, P: int, where: str):
     """``(pr, pc, rb, cb)``: the physical tile ``[pr, pc]`` of a logical tile and its block ``[rb, cb]``.
 
@@ -93,6 +117,8 @@ def _phys(tile: Tile, P: int, where: str):
     """
     pr, rb = _cut(tile.rows, P)
     pc, cb = _cut(tile.cols, P)
+    if as_dim(tile.cols).is_Integer and 1 < int(tile.cols) < P:
+        pc, cb = int(tile.cols), 1        # a narrow table row ([1, 2] (start, length)) is one physical tile
     if pc == 1 and cb != 1:
         raise TilingError(f"{where}: logical tile [{tile.rows}, {tile.cols}] is not a multiple of the physical "
                           f"tile {P}x{P} (partial physical tiles are rows [1, {P}] or scalars [1, 1])")
@@ -114,6 +140,7 @@ class _Lowering:
         self.src, self.P = g, P
         self.g = Graph(name)
         self.refs: dict[str, object] = {}
+        self.indices: set[str] = set()     # source-graph labels of index streams
 
     def ref(self, r):
         return self.refs[r.label]
@@ -121,6 +148,13 @@ class _Lowering:
     def run(self) -> Graph:
         for spec in self.src.tensors.values():
             self.g.tensor(spec.name, spec.rows, spec.cols, spec.dtype)
+        for node in self.src.nodes.values():
+            if node.kind == "Feedback":     # a cycle's back edge: its consumers come before its source
+                st = node.out_types["out"]
+                if isinstance(st.dtype, Tile):
+                    raise TilingError(f"Feedback '{node.name}': cycles carrying tiles or indices are not "
+                                      f"supported by hierarchical tiling yet (selector cycles are)")
+                self.out(node, "out", self.g.feedback(st, name=node.name))
         for node in self.src.topological_order():
             method = getattr(self, f"_{node.kind}", None)
             if method is None:
@@ -134,6 +168,33 @@ class _Lowering:
 
     def phys(self, tile, where):
         return _phys(tile, self.P, where)
+
+    def blocks_of(self, node, port) -> int:
+        """Block dimensions the lowering adds to an input stream: 2 for tiles, none for selectors and for
+        index streams (addresses: sources, ranges, store acknowledgements, and what routes them)."""
+        ref = node.inputs[port]
+        return 2 if isinstance(ref.type.dtype, Tile) and ref.label not in self.indices else 0
+
+    def index_out(self, node, port, new):
+        """Record an output that stays an index stream or table records (no block dims)."""
+        self.indices.add(f"{node.name}.{port}")
+        self.out(node, port, new)
+
+    def like(self, node, port):
+        """How to record outputs that carry input ``port``'s elements: as index streams if it is one."""
+        return self.index_out if node.inputs[port].label in self.indices else self.out
+
+    def blocked(self, stream, name):
+        """A rank-``r`` stream of single physical tiles -> the same tiles as ``[..., 1, 1]`` blocks."""
+        return self.g.reshape(self.g.reshape(stream, 0, 1, name=f"{name}_row"), 0, 1, name=f"{name}_block")
+
+    def single(self, tile, where):
+        """The physical tile of a logical tile that must be exactly one physical tile."""
+        pr, pc, rb, cb = self.phys(tile, where)
+        if (rb, cb) != (1, 1):
+            raise TilingError(f"{where}: logical tile {tile} spans {rb}x{cb} physical tiles; only a single "
+                              f"physical tile ({self.P}x{self.P} or smaller) is supported here yet")
+        return pr, pc
 
     def per_tile(self, stream, name, rank=2):
         """One token per logical tile of a lowered stream (an Accum over its two block dims), or per
@@ -193,11 +254,34 @@ class _Lowering:
         self.g.store(self.ref(node.inputs["in"]), node.p("tensor"), tile=(pr, pc),
                      base=node.p("base") * rb * cb, name=node.name)
 
+    def random_tile(self, node):
+        """The physical tile of a random load or store: one per logical tile, so that the tile index an
+        address names is unchanged."""
+        where = f"{node.kind} '{node.name}'"
+        if node.p("base"):
+            raise TilingError(f"{where}: a base offset on random loads and stores is not supported by "
+                              f"hierarchical tiling yet")
+        return self.single(node.tile_type(), where)
+
+    def _RandomOffChipLoad(self, node):
+        tile = self.random_tile(node)
+        new = self.g.random_load(self.ref(node.inputs["addr"]), node.p("tensor"), tile=tile, name=node.name)
+        if tile[0] == 1 and tile[1] < self.P:
+            self.index_out(node, "out", new)     # a table row ((start, length)): a record, not blocked
+        else:
+            self.out(node, "out", self.blocked(new, node.name))
+
+    def _RandomOffChipStore(self, node):
+        tile = self.random_tile(node)
+        data = self.g.flatten(self.ref(node.inputs["data"]), 0, 2, name=f"{node.name}_unblock")
+        self.index_out(node, "out", self.g.random_store(self.ref(node.inputs["addr"]), data, node.p("tensor"),
+                                                        tile=tile, name=node.name))
+
     # ---------------------------------------------------------------- plumbing and routing
     def _Broadcast(self, node):
         outs = self.g.broadcast(self.ref(node.inputs["in"]), node.p("n"), name=node.name)
         for i, o in enumerate(outs):
-            self.out(node, f"out{i}", o)
+            self.like(node, "in")(node, f"out{i}", o)
 
     def _Output(self, node):
         self.g.output(self.ref(node.inputs["in"]), name=node.name)
@@ -205,16 +289,31 @@ class _Lowering:
     def _SelectorSource(self, node):
         self.out(node, "out", self.g.add("SelectorSource", node.name, {}, **dict(node.params)).out)
 
+    def _IndexSource(self, node):
+        self.index_out(node, "out", self.g.add("IndexSource", node.name, {}, **dict(node.params)).out)
+
+    def _Feedback(self, node):
+        self.g.bind(self.refs[f"{node.name}.out"], self.ref(node.inputs["in"]))
+
     def _Partition(self, node):
         outs = self.g.partition(self.ref(node.inputs["in"]), self.ref(node.inputs["sel"]), node.p("n"),
-                                rank=node.p("rank") + 2, name=node.name)
+                                rank=node.p("rank") + self.blocks_of(node, "in"), name=node.name)
         for i, o in enumerate(outs):
-            self.out(node, f"out{i}", o)
+            self.like(node, "in")(node, f"out{i}", o)
 
     def _Reassemble(self, node):
         ins = [self.ref(node.inputs[f"in{i}"]) for i in range(node.p("n"))]
-        self.out(node, "out", self.g.reassemble(ins, self.ref(node.inputs["sel"]), rank=node.p("rank") + 2,
+        self.out(node, "out", self.g.reassemble(ins, self.ref(node.inputs["sel"]),
+                                                rank=node.p("rank") + self.blocks_of(node, "in0"),
                                                 k=node.p("k"), name=node.name))
+
+    def _EagerMerge(self, node):
+        ins = [self.ref(node.inputs[f"in{i}"]) for i in range(node.p("n"))]
+        out, sel = self.g.eager_merge(ins, rank=node.p("rank") + self.blocks_of(node, "in0"), name=node.name)
+        if len({self.like(node, f"in{i}") for i in range(node.p("n"))}) != 1:
+            raise TilingError(f"EagerMerge '{node.name}': merges index streams with tile streams")
+        self.like(node, "in0")(node, "out", out)
+        self.out(node, "sel", sel)
 
     def _Promote(self, node):
         self.out(node, "out", self.g.promote(self.ref(node.inputs["in"]), name=node.name))
@@ -233,6 +332,14 @@ class _Lowering:
     def _FlatMap(self, node):
         where = f"FlatMap '{node.name}'"
         f = node.p("fn")
+        if f.name == "range":
+            # (start, count) tiles -> indices: the tiles' block dims go, the indices are not blocked
+            self.single(node.t("in").dtype, where)
+            starts = self.ref(node.inputs["in"])
+            if self.blocks_of(node, "in"):
+                starts = self.g.flatten(starts, 0, 2, name=f"{node.name}_unblock")
+            self.index_out(node, "out", self.g.flat_map(starts, f, rank=node.p("rank"), name=node.name))
+            return
         if f.name != "retile_streamify":
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
         pr = self.phys(node.t("in").dtype, where)[0]
@@ -247,8 +354,14 @@ class _Lowering:
         f = node.p("fn")
         where = f"Map '{node.name}'"
         ins = [self.ref(node.inputs[p]) for p in node.input_ports()]
+        if f.name == "matmul" and f.param("transpose_a"):
+            self.out(node, "out", self._outer_matmul(node, ins, f))
+            return
         if f.name == "matmul":
             self.out(node, "out", self._matmul(node, ins, f))
+            return
+        if f.name in COLUMN_REDUCE:
+            self.out(node, "out", self._column_reduce(node, ins[0], f))
             return
         if f.name not in ELEMENTWISE:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
@@ -262,6 +375,10 @@ class _Lowering:
             # the scalar's block [1, 1] -> [1, C/P]: repeat it along the row
             rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
+        elif len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows) and phys[0][0] == 1:
+            ins = self._row_broadcast(node, ins, phys)
+        elif len(tiles) == 2 and all(p[2:] == (1, 1) for p in phys):
+            pass        # single physical tiles: the unit broadcasts a side of size 1 itself
         elif len({(t.rows, t.cols) for t in tiles}) != 1:
             raise TilingError(f"{where}: broadcasting operands {sorted(map(str, tiles))} are not supported "
                               f"by hierarchical tiling yet")
@@ -285,6 +402,60 @@ class _Lowering:
         prod = self.g.map([a_rd, b_rd], f, name=f"{pre}_tiles")
         acc_t = prod.type.dtype.dtype.name
         return self.g.accum(prod, "add", fn("zeros", rows=self.P, cols=self.P, dtype=acc_t), rank=1, name=pre)
+
+    def _row_broadcast(self, node, ins, phys):
+        """``[N, C] . [1, C]`` with ``N`` rows of row tiles: the rows are buffered whole until the ``[1, C]``
+        operand is there (it usually is a reduction of the same rows: softmax's column max), then replayed
+        with that operand re-read once per row."""
+        where = f"Map '{node.name}'"
+        if phys[0][3] != 1 or phys[1][2:] != (1, 1):
+            raise TilingError(f"{where}: a [1, C] operand broadcasts over rows of one physical tile "
+                              f"(C <= {self.P}) only yet")
+        pre = node.name
+        rows_in, vec = ins
+        vec_ref, vec_val = self.g.broadcast(vec, 2, name=f"{pre}_split_vec")
+        ready = self.g.flatten(vec_ref, 0, 2, name=f"{pre}_vec_ready")          # one token per [N, C] tile
+        rows = self.g.streamify(self.g.bufferize(rows_in, 2, name=f"{pre}_buf_rows"), ref=ready,
+                                name=f"{pre}_rows")
+        rows_a, rows_b = self.g.broadcast(rows, 2, name=f"{pre}_split_rows")
+        each = self.per_tile(rows_b, f"{pre}_each_row", rank=1)
+        vec_rd = self.g.streamify(self.g.bufferize(vec_val, 2, name=f"{pre}_buf_vec"), ref=each,
+                                  read_shape=[1], read_stride=[1], name=f"{pre}_read_vec")
+        return [rows_a, vec_rd]
+
+    def _column_reduce(self, node, rows_in, f):
+        """``col_max``/``col_sum`` of ``[N, C]`` row tiles: an Accum over the rows, one ``[1, C]`` result."""
+        where = f"Map '{node.name}'"
+        pr, pc, _, cb = self.phys(node.t("in0").dtype, where)
+        if pr != 1 or cb != 1:
+            raise TilingError(f"{where}: {f.name} of {node.t('in0').dtype} is supported on row tiles of one "
+                              f"physical tile (C <= {self.P}) only yet")
+        upd, init = COLUMN_REDUCE[f.name]
+        # the state is int32 for integers (an Accum's add/max of int tiles is int32); col_max's values are
+        # the input's, so only the width differs from the logical [1, C] of the input type
+        acc_dt = "int32" if node.t("in0").dtype.dtype.is_int else node.t("in0").dtype.dtype.name
+        acc = self.g.accum(rows_in, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2, name=node.name)
+        return self.blocked(acc, node.name)
+
+    def _outer_matmul(self, node, ins, f):
+        """``aᵀ·b`` of ``[N, M]`` and ``[N, K]`` row tiles (contracting the dynamic ``N``): one outer
+        product ``[1, M]ᵀ x [1, K]`` per row pair, accumulated."""
+        where = f"Map '{node.name}'"
+        if f.param("transpose_b"):
+            raise TilingError(f"{where}: matmul with both transposes is not supported by hierarchical tiling")
+        for p in ("in0", "in1"):
+            pr, pc, _, cb = self.phys(node.t(p).dtype, f"{where} port '{p}'")
+            if pr != 1 or cb != 1:
+                raise TilingError(f"{where}: a transpose_a matmul of {node.t(p).dtype} (port '{p}') is "
+                                  f"supported on row tiles of one physical tile ({self.P} columns) only yet")
+        # the first operand (loaded rows: V) is buffered whole: the second (e) is still being computed from
+        # the same rows' partners (softmax over all of K), so unbuffered the shared row addresses deadlock
+        early = self.g.streamify(self.g.bufferize(ins[0], 2, name=f"{node.name}_buf_a"), name=f"{node.name}_a")
+        prod = self.g.map([early, ins[1]], f, name=f"{node.name}_outer")
+        t = prod.type.dtype
+        acc = self.g.accum(prod, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
+                           rank=2, name=node.name)
+        return self.blocked(acc, node.name)
 
     def _row_matmul(self, node, ins, f):
         """``[N, K] x [K, M]`` with row tiles: each row's ``K/P`` tiles are buffered and read once per

@@ -45,7 +45,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from step_hdl.graph import Graph
-from step_hdl.types import Tile
+from step_hdl.types import Tile, dtype as make_dtype
 
 from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
@@ -95,6 +95,18 @@ class EdgeSpec:
 
 
 @dataclass(frozen=True)
+class SinkSpec:
+    """An Output node: ``src``'s port ``src_port`` is always ready; its done token counts towards ``done``."""
+
+    name: str
+    src: str
+    src_port: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class Design:
     """Everything structural about a mapped program's hardware (hashable, JSON)."""
 
@@ -103,10 +115,14 @@ class Design:
     units: tuple
     edges: tuple
     watchdog: int = 4096
+    sinks: tuple = ()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "fabric": self.fabric.to_json(), "units": [u.to_json() for u in self.units],
-                "edges": [e.to_json() for e in self.edges], "watchdog": self.watchdog}
+        out = {"name": self.name, "fabric": self.fabric.to_json(), "units": [u.to_json() for u in self.units],
+               "edges": [e.to_json() for e in self.edges], "watchdog": self.watchdog}
+        if self.sinks:      # (only when present: the cache keys of sink-less designs stay as they were)
+            out["sinks"] = [s.to_json() for s in self.sinks]
+        return out
 
     def key(self) -> str:
         """Hash of the structural parameters (the Verilog cache key)."""
@@ -148,7 +164,6 @@ class Program:
 
 
 def tile_bytes(fabric: Fabric) -> int:
-    from step_hdl.types import dtype as make_dtype
     return fabric.tile * fabric.tile * make_dtype(fabric.dtype).bytes
 
 
@@ -191,7 +206,8 @@ def _spec_load(node, graph, fab):
 
 def _spec_store(node, graph, fab):
     from step_hdl.units.memory import OffChipParams
-    t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
+    t = _tile(node.out_types["out"] if node.kind == "RandomOffChipLoad" else
+              node.t("data" if node.kind == "RandomOffChipStore" else "in"), f"{node.kind} '{node.name}'")
     return node.kind, OffChipParams(int(t.rows), int(t.cols), t.dtype.name, **_offchip_common(fab))
 
 
@@ -228,8 +244,10 @@ def _spec_map(node, graph, fab):
         kw.update(in1_rows=int(b.rows), in1_cols=int(b.cols), in1_dtype=b.dtype.name)
     if f.name == "requantize":
         kw["out_dtype"] = out.dtype.name
-    if f.name == "matmul" and fab.matmul_rows:
-        kw["matmul_rows"] = fab.matmul_rows
+    if f.name == "matmul":
+        kw["matmul_transpose_a"] = bool(f.param("transpose_a"))   # the outer product of two rows is structural
+        if fab.matmul_rows and not f.param("transpose_a"):
+            kw["matmul_rows"] = fab.matmul_rows
     return "Map", MapParams(int(a.rows), int(a.cols), a.dtype.name, fab.max_rank, fns=(f.name,), **kw)
 
 
@@ -271,17 +289,27 @@ def _spec_source(node, graph, fab):
     from step_hdl.units.source import SourceParams
     length = sympy.sympify(node.out_types["out"].shape[0])
     if not length.is_Integer:
-        raise FabricError(f"SelectorSource '{node.name}': its length {length} must be static (it sizes the "
+        raise FabricError(f"{node.kind} '{node.name}': its length {length} must be static (it sizes the "
                           f"unit's memory)")
-    return "SelectorSource", SourceParams(n=node.p("n"), capacity=1 << max(0, int(length) - 1).bit_length(),
-                                          max_rank=fab.max_rank)
+    capacity = 1 << max(0, int(length) - 1).bit_length()
+    if node.kind == "IndexSource":
+        from step_hdl.units.source import IndexSourceParams
+        return "IndexSource", IndexSourceParams(capacity=capacity, max_rank=fab.max_rank)
+    return "SelectorSource", SourceParams(n=node.p("n"), capacity=capacity, max_rank=fab.max_rank)
+
+
+def _spec_flatmap(node, graph, fab):
+    from step_hdl.units.compute import FlatMapParams
+    t = _tile(node.t("in"), f"FlatMap '{node.name}'")
+    return "FlatMap", FlatMapParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, fn=node.p("fn").name)
 
 
 SPECS = {"LinearOffChipLoad": _spec_load, "LinearOffChipStore": _spec_store, "Bufferize": _spec_buffer,
          "Map": _spec_map, "Accum": _spec_accum, "Broadcast": _spec_broadcast,
          "Partition": _spec_routing, "Reassemble": _spec_routing, "EagerMerge": _spec_routing,
          "Promote": _spec_shape, "Flatten": _spec_shape, "RepeatStatic": _spec_shape, "Reshape": _spec_shape,
-         "SelectorSource": _spec_source}
+         "SelectorSource": _spec_source, "IndexSource": _spec_source, "FlatMap": _spec_flatmap,
+         "RandomOffChipLoad": _spec_store, "RandomOffChipStore": _spec_store}
 
 
 def _streamify_of(node, graph):
@@ -313,9 +341,8 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
                 raise FabricError(f"Streamify '{node.name}': the on-chip buffer unit needs its input straight "
                                   f"from a Bufferize (got {src.kind} '{src.name}')")
             continue
-        if node.kind == "Output":
-            raise FabricError(f"Output '{node.name}': streams leaving the fabric are not supported by the "
-                              f"top level yet; store results with a LinearOffChipStore")
+        if node.kind in ("Output", "Feedback"):
+            continue        # a sink port of the top level; a wire closing a cycle
         spec = SPECS.get(node.kind)
         if spec is None:
             raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "
@@ -330,13 +357,19 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         for n in nodes:
             node_unit[n] = u
     depths = fifo_depths(graph, fabric.fifo_depth, bindings)
-    edges, notes = [], []
+    edges, sinks, notes = [], [], []
     made = {u.name: make_unit(u) for u in units}
     for ref, consumer, port in graph.edges():
-        if ref.node.kind == "Bufferize":
-            continue        # inside the OnChipBuffer
-        src_u, dst_u = node_unit[ref.node.name], node_unit[consumer]
         cnode = graph.nodes[consumer]
+        if ref.node.kind == "Bufferize" or cnode.kind == "Feedback":
+            continue        # inside the OnChipBuffer; the cycle's edge is made from its consumer's side
+        while ref.node.kind == "Feedback":
+            ref = ref.node.inputs["in"]
+        src_u = node_unit[ref.node.name]
+        if cnode.kind == "Output":
+            sinks.append(SinkSpec(cnode.name, src_u.name, hw_port(ref.port, True)))
+            continue
+        dst_u = node_unit[consumer]
         if cnode.kind == "Streamify" and port == "ref":
             dport = "i_ref"
         else:
@@ -358,7 +391,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
     for made_unit in made.values():
         made_unit._MustUse__silence = True
-    design = Design(name, fabric, tuple(units), tuple(edges))
+    design = Design(name, fabric, tuple(units), tuple(edges), sinks=tuple(sinks))
     program = configure(design, graph, bindings, tensor_order, made, sources)
     program.notes = notes
     return design, program
@@ -408,7 +441,6 @@ def tensor_tiles(graph: Graph) -> dict:
 def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, made=None,
               sources: dict | None = None) -> Program:
     """The :class:`Program` (configuration image, memory layout) of ``graph`` on ``design``."""
-    from step_hdl.types import dtype as make_dtype
     fab = design.fabric
     made = made or {u.name: make_unit(u) for u in design.units}
     tiles = tensor_tiles(graph)
@@ -438,6 +470,8 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
         if u.cls in OFFCHIP:
             words = unit.configure(dict(node.params), in_types, tensor_addr=tensors[node.p("tensor")][0],
                                    bindings=bindings)
+        elif u.cls == "IndexSource":
+            words = unit.configure(dict(node.params), in_types, values=node.p("values"))
         elif u.cls == "SelectorSource":
             if node.name not in (sources or {}):
                 raise FabricError(f"SelectorSource '{node.name}': no selector values for this program")
@@ -512,7 +546,7 @@ class FabricTop(wiring.Component):
                                  u.cfg.payload.data.eq(1)]
 
         # edges: one FIFO each; transfers in and out are counted
-        transfers, counters = [], {}
+        transfers, counters, finished = [], {}, []
         ports_of: dict[str, list] = {s.name: [] for s in d.units}    # (stream, is_output) per unit
         for e in d.edges:
             q = Queue(getattr(units[e.src], e.src_port).payload.shape(), e.depth)
@@ -538,7 +572,16 @@ class FabricTop(wiring.Component):
             rd_bytes.append((fire & ~req.payload.write, req.payload.bytes))
             wr_bytes.append((fire & req.payload.write, req.payload.bytes))
 
-        stores = [units[s.name].finished for s in d.units if s.cls in STORES]
+        # Output nodes: always ready; each one's done token is a finish condition like a store's
+        for sk in d.sinks:
+            port = getattr(units[sk.src], sk.src_port)
+            fin = Signal(name=f"sink_{sk.name}_finished")
+            m.d.comb += port.ready.eq(1)
+            with m.If(port.valid & port.payload.done):
+                m.d.sync += fin.eq(1)
+            transfers.append(port.valid)
+            finished.append(fin)
+        stores = [units[s.name].finished for s in d.units if s.cls in STORES] + finished
         with m.If(running & Cat(*stores).all() if stores else Const(0)):
             m.d.sync += done.eq(1)
         live = running & ~done

@@ -66,3 +66,21 @@ def test_physical_tiles_follow_the_tiling_rule():
     assert physical_tiles(1, 64, 16) == 4               # one row: [1, P] row tiles
     assert physical_tiles(13, 64, 4) == 13 * 16         # a non-multiple row count: row tiles
     assert physical_tiles(1, 1, 4) == physical_tiles(1, 2, 4) == 1
+
+
+def test_gqa_fixed_point_lowers_to_row_tiles():
+    """GQA decode with dynamic parallelization: the ragged KV length L is a row count everywhere (scores
+    [L, G], softmax down the columns, the P·V contraction as outer products of rows); index streams (items,
+    row addresses, acknowledgements) and the credit cycle keep their shape."""
+    from step_hdl.workloads.gqa import gqa_decode
+    w = gqa_decode([16, 3, 15, 2, 6], group=4, head_dim=4, regions=2, strategy="dynamic", dtype="int16")
+    lowered = tile_physical(w.graph, 4)
+    res = run(lowered, w.tensors, w.streams)
+    assert w.mismatches(res) == {}
+    assert res.offchip_bytes == w.run().offchip_bytes
+    shapes = lambda edge: {t.payload.shape for t in res.edges[edge] if t.is_data}   # noqa: E731
+    assert shapes("r0_scores_tiles.out") == {(1, 4)}          # one [1, 4] row of scores per K row
+    assert shapes("r0_pv_outer.out") == {(4, 4)}              # one outer product per (V row, e row)
+    assert shapes("r0_load_kv_table.out") == {(1, 2)}         # a table row stays one record
+    assert lowered.nodes["dispatch"].p("rank") == 0
+    assert sum(n.kind == "Feedback" for n in lowered.nodes.values()) == 1

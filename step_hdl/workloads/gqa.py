@@ -21,6 +21,17 @@ Items are distributed over ``regions`` parallel regions:
 Off-chip layout: ``q`` and ``out`` are ``[items·G, d]``; ``K`` and ``V`` hold
 the rows of item 0, then item 1, ... (``[Σ L_b·heads, d]``); ``kv_table`` is
 ``[items, 2]`` int32 ``(start row, length)``.
+
+Integer types (int8/int16) give the fixed-point variant that the hardware
+runs. It computes the same attention transposed, so that the dynamic length
+``L`` is always a row count (row tiles in hardware, see
+:mod:`step_hdl.mapper.tiling`): ``qᵀ`` is ``[d, G]`` (tensor ``qT``,
+``[d, items·G]``), the scores ``sᵀ = K·qᵀ`` are ``[L, G]``, requantized to
+fixed point with ``frac`` fractional bits (``>> shift``); softmax runs down the
+columns (``col_max``, ``exp``, ``col_sum``); ``outᵀ = Vᵀ·e`` (a matmul with
+``transpose_a``, contracting over ``L``) is divided (floor) by the column sums
+and stored as int32 into ``outT`` (``[d, items·G]``). :func:`gqa_reference_int`
+is its numpy twin.
 """
 
 from __future__ import annotations
@@ -45,22 +56,62 @@ def static_assignment(batch: int, regions: int, strategy: str) -> np.ndarray:
     raise ValueError(f"strategy {strategy!r} is not static; static strategies: interleaved, contiguous")
 
 
+#: fixed-point variant: scores ``>> SHIFT`` give ``FRAC`` fractional bits for ``exp``
+SHIFT, FRAC = 3, 8
+
+
+def _attention_float(g, p, i_q, k_t, v_t, dt, G, d):
+    """``softmax(q·Kᵀ)·V`` for one item, ``[G, d]``."""
+    q = g.random_load(i_q, "q", tile=(G, d), name=p + "load_q")
+    s = g.map([q, k_t], fn("matmul", transpose_b=True), name=p + "scores")
+    s1, s2 = g.broadcast(s, 2, name=p + "bcast_s")
+    m = g.map(s1, "row_max", name=p + "row_max")
+    e = g.map(g.map([s2, m], "sub", name=p + "shift"), "exp", name=p + "exp")
+    e1, e2 = g.broadcast(e, 2, name=p + "bcast_e")
+    denom = g.map(e1, "row_sum", name=p + "row_sum")
+    o = g.map([e2, v_t], "matmul", name=p + "pv")
+    return g.map([o, denom], "div", name=p + "normalize")
+
+
+def _attention_int(g, p, i_q, k_t, v_t, dt, G, d):
+    """The fixed-point, transposed twin: ``outᵀ``, ``[d, G]`` int32."""
+    q_t = g.random_load(i_q, "qT", tile=(d, G), name=p + "load_q")
+    s = g.map([k_t, q_t], "matmul", name=p + "scores")                          # [L, G] int32
+    s = g.map(s, fn("requantize", shift=SHIFT, dtype=dt.name), name=p + "scores_fixed")
+    s1, s2 = g.broadcast(s, 2, name=p + "bcast_s")
+    m = g.map(s1, "col_max", name=p + "col_max")                                # [1, G]
+    z = g.map(g.map([s2, m], "sub", name=p + "shift"), fn("requantize", shift=0, dtype=dt.name),
+              name=p + "shift_fixed")
+    e = g.map(z, fn("exp", frac=FRAC), name=p + "exp")
+    e1, e2 = g.broadcast(e, 2, name=p + "bcast_e")
+    denom = g.map(e1, "col_sum", name=p + "col_sum")                            # [1, G] int32
+    o = g.map([v_t, e2], fn("matmul", transpose_a=True), name=p + "pv")          # [d, G] int32
+    return g.map([o, denom], "div", name=p + "normalize")
+
+
 def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", total_rows=None,
               credits: int = 2) -> Graph:
     dt = make_dtype(dt)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if dt.is_int:
-        raise ValueError("GQA decode is defined for floating-point types (fp32, bf16)")
+    if dt.is_int and dt.bits > 16:
+        raise ValueError(f"GQA decode is defined for fp32, bf16 and the fixed-point int8/int16, got {dt}")
     items = batch * kv_heads
     G, d = group, head_dim
     rows = total_rows if total_rows is not None else dyn("kv_rows")
     g = Graph(f"gqa_{strategy}_r{regions}")
-    g.tensor("q", items * G, d, dt)
+    if dt.is_int:
+        g.tensor("qT", d, items * G, dt)
+    else:
+        g.tensor("q", items * G, d, dt)
     g.tensor("K", rows, d, dt)
     g.tensor("V", rows, d, dt)
     g.tensor("kv_table", items, 2, "int32")
-    g.tensor("out", items * G, d, dt)
+    if dt.is_int:
+        g.tensor("outT", d, items * G, "int32")
+    else:
+        g.tensor("out", items * G, d, dt)
+    attention = _attention_int if dt.is_int else _attention_float
 
     work = g.index_source(values=list(range(items)), name="items")
     if strategy == "dynamic":
@@ -74,25 +125,17 @@ def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", to
     for r, mine in enumerate(parts):
         p = f"r{r}_"
         i_q, i_kv, i_st = g.broadcast(mine, 3, name=p + "bcast_item")
-        q = g.random_load(i_q, "q", tile=(G, d), name=p + "load_q")
-        meta_k, meta_v = g.broadcast(g.random_load(i_kv, "kv_table", tile=(1, 2), name=p + "load_kv_table"),
-                                     2, name=p + "bcast_meta")
+        meta = g.random_load(i_kv, "kv_table", tile=(1, 2), name=p + "load_kv_table")
+        # one row-address stream for K and V: their packed tiles share the item's length L
+        rows_kv = g.broadcast(g.flat_map(meta, "range", name=p + "rows"), 2, name=p + "bcast_rows")
         packed = []
-        for t, meta in (("K", meta_k), ("V", meta_v)):
-            addrs = g.flat_map(meta, "range", name=f"{p}rows_{t.lower()}")
+        for t, addrs in zip(("K", "V"), rows_kv):
             rows_s = g.random_load(addrs, t, tile=(1, d), name=f"{p}load_{t.lower()}")
             packed.append(g.accum(rows_s, "retile_row", fn("zeros", rows=0, cols=d, dtype=dt.name), 1,
                                   name=f"{p}pack_{t.lower()}"))
-        k_t, v_t = packed
-        s = g.map([q, k_t], fn("matmul", transpose_b=True), name=p + "scores")
-        s1, s2 = g.broadcast(s, 2, name=p + "bcast_s")
-        m = g.map(s1, "row_max", name=p + "row_max")
-        e = g.map(g.map([s2, m], "sub", name=p + "shift"), "exp", name=p + "exp")
-        e1, e2 = g.broadcast(e, 2, name=p + "bcast_e")
-        denom = g.map(e1, "row_sum", name=p + "row_sum")
-        o = g.map([e2, v_t], "matmul", name=p + "pv")
-        out = g.map([o, denom], "div", name=p + "normalize")
-        ack = g.random_store(i_st, out, "out", tile=(G, d), name=p + "store")
+        out = attention(g, p, i_q, *packed, dt, G, d)
+        ack = g.random_store(i_st, out, "outT" if dt.is_int else "out", tile=(d, G) if dt.is_int else (G, d),
+                             name=p + "store")
         if strategy == "dynamic":
             credit = g.index_source(values=[r] * credits, name=p + "credit")
             free, free_sel = g.eager_merge([credit, ack], rank=0, name=p + "free")
@@ -119,6 +162,24 @@ def gqa_reference(q, k_rows, v_rows, table, group) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def gqa_reference_int(q_t, k_rows, v_rows, table, group, dt="int16") -> np.ndarray:
+    """numpy twin of the fixed-point variant: ``outT`` ``[d, items·G]`` int32 (bit-exact with the library)."""
+    from ..functions import exp_fixed, saturate, wrap_int32
+    dt = make_dtype(dt)
+    out = np.zeros(q_t.shape, dtype=np.int32)
+    for i, (start, length) in enumerate(table):
+        qi = q_t[:, i * group:(i + 1) * group].astype(np.int64)
+        k = k_rows[start:start + length].astype(np.int64)
+        v = v_rows[start:start + length].astype(np.int64)
+        s = saturate(wrap_int32(k @ qi).astype(np.int64) >> SHIFT, dt)          # [L, G]
+        z = saturate(s.astype(np.int64) - s.max(axis=0, keepdims=True), dt)
+        e = exp_fixed(z, FRAC, dt).astype(np.int64)
+        denom = wrap_int32(e.sum(axis=0, keepdims=True)).astype(np.int64)
+        num = wrap_int32(v.T @ e).astype(np.int64)                              # [d, G]
+        out[:, i * group:(i + 1) * group] = np.floor_divide(num, denom)
+    return out
+
+
 def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="dynamic", dtype="fp32",
                seed=0, credits: int = 2) -> Workload:
     """GQA decode over a batch with KV lengths ``kv_lens`` (e.g. a real trace, scaled down)."""
@@ -132,14 +193,25 @@ def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="d
     total = int(lens.sum())
     g = gqa_graph(B, kv_heads, group, head_dim, regions, strategy, dt, total_rows=total, credits=credits)
     rng = np.random.default_rng(seed)
+    table = np.stack([starts, lens], axis=1).astype(np.int32)
+    params = dict(batch=B, kv_heads=kv_heads, group=group, head_dim=head_dim, regions=regions,
+                  strategy=strategy, dtype=dt.name)
+    # the longest KV chunk any region packs (sizes on-chip buffers; the per-region totals depend on the run)
+    subs = {dyn(f"r{r}_rows_len_max"): int(lens.max()) for r in range(regions)}
+    if dt.is_int:
+        # small magnitudes: scores >> SHIFT stay within a few units of fixed point (exp's useful range)
+        lim = min(40, dt.max)
+        q_t = rng.integers(-lim, lim + 1, (head_dim, B * kv_heads * group)).astype(dt.numpy)
+        k = rng.integers(-lim, lim + 1, (total, head_dim)).astype(dt.numpy)
+        v = rng.integers(-min(100, dt.max), min(100, dt.max) + 1, (total, head_dim)).astype(dt.numpy)
+        out = gqa_reference_int(q_t, k, v, table, group, dt)
+        return Workload(g, {"qT": q_t, "K": k, "V": v, "kv_table": table}, {}, {"outT": out}, dt, subs=subs,
+                        params=params)
     q = (rng.standard_normal((B * kv_heads * group, head_dim)) / np.sqrt(head_dim)).astype(np.float32)
     k = rng.standard_normal((total, head_dim)).astype(np.float32)
     v = rng.standard_normal((total, head_dim)).astype(np.float32)
-    table = np.stack([starts, lens], axis=1).astype(np.int32)
     out = gqa_reference(q, k, v, table, group)
-    params = dict(batch=B, kv_heads=kv_heads, group=group, head_dim=head_dim, regions=regions,
-                  strategy=strategy, dtype=dt.name)
-    return Workload(g, {"q": q, "K": k, "V": v, "kv_table": table}, {}, {"out": out}, dt,
+    return Workload(g, {"q": q, "K": k, "V": v, "kv_table": table}, {}, {"out": out}, dt, subs=subs,
                     params=params, rtol=1e-4, atol=1e-5)
 
 

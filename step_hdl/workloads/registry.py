@@ -84,7 +84,8 @@ WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
         Param("head-dim", int, 16, "head dimension"),
         Param("regions", int, 4, "parallel regions"),
         Param("strategy", str, "dynamic", "parallelization", ("interleaved", "contiguous", "dynamic")),
-        Param("dtype", str, "fp32", "element type", ("fp32", "bf16")),
+        Param("dtype", str, "fp32", "element type (int8/int16: the fixed-point variant the hardware runs)",
+              ("fp32", "bf16", "int8", "int16")),
         Param("seed", int, 0, "seed of the random inputs"),
     ], "grouped-query attention decode over a real KV-length trace"),
 }
