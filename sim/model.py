@@ -6,12 +6,20 @@ every node is a process with a clock, every edge a bounded FIFO (the fabric's
 depth), and every token transfer takes time from a rule derived from the
 fabric:
 
-* moving a tile costs one cycle per physical tile, counted as the tiling pass
-  cuts it (:func:`step_hdl.mapper.tiling.physical_tiles`: ``P x P`` blocks, or
-  ``[1, P]`` row tiles for a dynamic or non-multiple row count), whatever its
-  element type: a stream's payload is one physical tile of the stream's own
+* moving a tile costs one cycle per token of the lowered stream
+  (:func:`step_hdl.mapper.tiling.stream_tokens`: its physical tiles as the
+  tiling pass cuts it, ``P x P`` blocks or ``[1, P]`` row tiles for a dynamic
+  or non-multiple row count, plus the stop closing each block row), whatever
+  its element type: a stream's payload is one physical tile of the stream's own
   type (``units.layout.TileFormat``, width by dtype), so the int32 output of an
   int16 matmul moves at one tile per cycle like its operands;
+* tiles with a dynamic row count move cut-through: the RTL passes their
+  ``[1, P]`` rows on one by one, so a row-granular unit (element-wise map,
+  broadcast, routing, column reduction, outer-product matmul) starts on a
+  token's first row and its output's last row leaves one cycle after its
+  input's, or when its own cost since the start is over; operands it needs
+  whole (a static matmul operand, a ``[1, C]`` vector broadcast over rows)
+  gate the start. Other tiles are store-and-forward;
 * a Map or Accum element costs ``max(input tiles, compute cycles, output
   tiles)``; a matmul unit multiplies one pair of physical tiles per cycle
   (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is not a multiple
@@ -29,7 +37,9 @@ fabric:
   free, a credit back when its response leaves the unit), not the whole
   stream up front; and it streams each tile out as the responses arrive (II 1
   per tile while the memory keeps up), so the send takes ``max(transfer, DRAM
-  completion)``, not their sum.
+  completion)``, not their sum; a random load also issues the requests of the
+  addresses already waiting at its input, as the RTL unit takes addresses
+  while it has credits.
 
 Data values are optional: with ``timing_only=True`` tiles are
 :class:`~step_hdl.functions.ShapeOnly` (sizes without values) so full-size
@@ -53,7 +63,7 @@ from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, Memory, _bindings
-from step_hdl.mapper.tiling import physical_tiles
+from step_hdl.mapper.tiling import physical_tiles, stream_tokens
 from step_hdl.process import Channel, Ports
 from step_hdl.types import Tile
 
@@ -187,6 +197,7 @@ class TimedMemory(Memory):
         self.ready: dict[str, deque] = {}
         self.pending: dict[str, deque] = {}
         self.held: dict[str, deque] = {}
+        self.prefetched: dict[str, deque] = {}     # random loads: (completion, pieces) issued ahead
         self.base: dict[str, int] = {}
         addr = 0
         for name, spec in graph.tensors.items():
@@ -206,12 +217,39 @@ class TimedMemory(Memory):
         return nbytes
 
     def _pending_read(self, node, index, tr, tc):
-        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`)."""
+        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless
+        :meth:`prefetch` already issued it."""
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
+        early = self.prefetched.get(node.name)
+        if early:
+            done, pieces = early.popleft()
+            self.ready.setdefault(node.name, deque()).append(done)
+            self.held.setdefault(node.name, deque()).append(pieces)
+            return nbytes
         self.pending.setdefault(node.name, deque()).append((self.base[spec.name] + index * nbytes, nbytes,
                                                             self.pieces(tr, tc)))
         return nbytes
+
+    def prefetch(self, node, addresses, now: int, credits: int) -> None:
+        """Issue random-load reads for addresses already waiting at the unit's input.
+
+        The RTL :class:`~step_hdl.units.memory.RandomOffChipLoad` turns each
+        address into a request as it arrives, while it has a credit, whatever
+        its output is doing; the interpreter's load reads one address per tile
+        sent. ``addresses``: the tile indices queued behind the one being sent.
+        """
+        spec = node.graph.tensors[node.p("tensor")]
+        tile = node.tile_type()
+        tr, tc = int(tile.rows), int(tile.cols)
+        nbytes, pieces = tr * tc * spec.dtype.bytes, self.pieces(tr, tc)
+        early = self.prefetched.setdefault(node.name, deque())
+        use = sum(self.held.get(node.name, ())) + sum(p for _, p in early)
+        for index in addresses[len(early):]:
+            if use + pieces > credits:
+                break
+            early.append((self.dram.access(now, self.base[spec.name] + index * nbytes, nbytes, pieces), pieces))
+            use += pieces
 
     def issue(self, name: str, now: int, credits: int) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
@@ -255,7 +293,9 @@ class TimedMemory(Memory):
     def write_tile(self, node, arr, index, tr, tc, tile):
         self._slot(node, arr, index, tr, tc)
         nbytes = self._timed(node, index, tr, tc)
-        self.ready[node.name].pop()   # a write does not hold the store up (posted)
+        if node.kind != "RandomOffChipStore":
+            self.ready[node.name].pop()   # a write does not hold a linear store up (posted)
+        # a random store acknowledges each write when the memory has done it (``ready``, see acked())
         self.bytes_written[node.name] = self.bytes_written.get(node.name, 0) + nbytes
         if node.p("tensor") in self.real and not isinstance(tile, ShapeOnly):
             rs, cs = self._slot(node, arr, index, tr, tc)
@@ -266,6 +306,8 @@ class TimedMemory(Memory):
 
 LOADS = {"LinearOffChipLoad", "RandomOffChipLoad"}
 ROUTERS = {"Partition", "Reassemble", "EagerMerge"}
+#: operators whose RTL unit (an OnChipBuffer) stores a whole chunk before it reads it out
+BUFFERING = {"RepeatStatic", "Bufferize", "Streamify"}
 
 
 class _Proc:
@@ -278,11 +320,13 @@ class _Proc:
 
 
 class TimedChannel(Channel):
-    __slots__ = ("depth", "data_waiters", "space_waiters")
+    __slots__ = ("depth", "data_waiters", "space_waiters", "ends", "on_push")
 
     def __init__(self, name, depth):
         super().__init__(name, record=False)
         self.depth = depth
+        self.ends: deque = deque()      # per queued token: when its last physical tile arrives
+        self.on_push = None             # called after each push (a random load's address input)
         self.data_waiters: list = []
         self.space_waiters: list = []
 
@@ -293,13 +337,25 @@ class TimedPorts(Ports):
     def __init__(self, node, ins, outs, ctx, proc, model):
         super().__init__(node, ins, outs, ctx)
         self.proc, self.model = proc, model
+        self.taken: dict = {}       # the last data token taken per input port
+        self.cut_through, self.streamed = model.cut_through(node)
+        self.first = None           # when the first input of the output being made was taken
+        self.avail = 0              # when the last physical tile of those inputs has arrived
+        self.whole = 0              # ... of those the unit needs whole before it starts (buffered operands)
 
     def get(self, port):
         ch = self.ins[port]
         while not ch.queue:
             yield ("data", (ch,))
         tok = ch.queue.popleft()
+        end = ch.ends.popleft()
         self.model.wake(ch.space_waiters)
+        if tok.is_data:
+            self.taken[port] = tok
+            self.first = self.model.now if self.first is None else self.first
+            self.avail = max(self.avail, end)
+            if port not in self.streamed:
+                self.whole = max(self.whole, end)
         if tok.is_data and self.node.kind in ROUTERS and port == "sel":
             yield ("delay", 1)          # the selector cycle
         return tok
@@ -319,7 +375,7 @@ class TimedPorts(Ports):
             yield ("data", tuple(chans))
 
     def _cost(self, tok) -> int:
-        return self.model.cost(self.node, tok)
+        return self.model.cost(self.node, tok, self.taken)
 
     def _send_cycles(self, tok) -> int:
         """Cycles until ``tok`` has left the unit.
@@ -332,26 +388,62 @@ class TimedPorts(Ports):
         """
         cost = self._cost(tok)
         if tok.is_data and self.node.kind in LOADS:
-            ready = self.ctx.memory.issue(self.node.name, self.model.now, self.model.params.mem_inflight)
+            mem, credits = self.ctx.memory, self.model.params.mem_inflight
+            ready = mem.issue(self.node.name, self.model.now, credits)
+            if self.node.kind == "RandomOffChipLoad":
+                self.prefetch()
             cost = max(cost, ready - self.model.now)
         return cost
 
-    def put(self, port, tok):
-        yield ("delay", self._send_cycles(tok))
-        ch = self.outs[port]
-        while len(ch.queue) >= ch.depth:
-            yield ("space", ch)
-        ch.push(tok)
-        self.model.wake(ch.data_waiters)
+    def prefetch(self):
+        """A random load: issue the requests of the addresses waiting at its input (as credits allow)."""
+        base = self.node.p("base")
+        self.ctx.memory.prefetch(self.node, [base + int(t.payload.reshape(-1)[0]) for t in self.ins["addr"].queue
+                                             if t.is_data], self.model.now, self.model.params.mem_inflight)
 
-    def put_all(self, ports, tok):
-        yield ("delay", self._cost(tok))
+    def put(self, port, tok):
+        yield from self.put_all([port], tok, self._send_cycles(tok))
+
+    def put_all(self, ports, tok, cost=None):
+        """Send ``tok`` on ``ports`` (a Broadcast's copies go out together).
+
+        Store and forward: the token is pushed once its ``cost`` cycles are
+        over, and not before its inputs' last physical tiles have arrived.
+        Cut-through (:meth:`Model.cut_through`: streams of row tiles, which
+        every unit passes on row by row): the unit starts when its first input
+        is there and its whole operands (a matmul's static operand, the
+        ``[1, C]`` vector broadcast over rows: the RTL buffers them) have
+        arrived; the token is pushed one cycle after, stamped with when its
+        last physical tile leaves, ``max(start + cost, streamed inputs' last
+        tile + 1)``, and the unit stays busy until then.
+        """
+        cost = self._cost(tok) if cost is None else cost
+        now = self.model.now
+        if tok.is_data and self.node.kind == "RandomOffChipStore":
+            # the acknowledgement is ready when the write is done (``units.memory``: memory latency + 2);
+            # writes are pipelined, so the store goes on while its consumer waits for that
+            yield ("delay", cost)
+            end = self.ctx.memory.ready[self.node.name].popleft() + 2
+        elif tok.is_data and self.cut_through:
+            start = max(now if self.first is None else self.first, self.whole)
+            end = max(start + cost, self.avail + 1, now + 1)
+            yield ("delay", 1)
+        else:
+            end = max(now, self.avail) + cost if tok.is_data else now + cost
+            yield ("delay", end - now)
         for port in ports:
             ch = self.outs[port]
             while len(ch.queue) >= ch.depth:
                 yield ("space", ch)
             ch.push(tok)
+            ch.ends.append(max(end, self.model.now))
             self.model.wake(ch.data_waiters)
+            if ch.on_push is not None:
+                ch.on_push()
+        if self.model.now < end:
+            yield ("delay", end - self.model.now)
+        if tok.is_data:
+            self.first, self.avail, self.whole = None, 0, 0
 
 
 # ----------------------------------------------------------------------------- the simulator
@@ -408,7 +500,7 @@ class Model:
         by side in one token (``TupleFormat``); anything else (index, selector) is one token.
         """
         if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
-            return physical_tiles(payload.shape[0], payload.shape[1], self.P, dynamic_rows)
+            return stream_tokens(payload.shape[0], payload.shape[1], self.P, dynamic_rows)
         if isinstance(payload, tuple) and payload:
             return max(self._tiles(p) for p in payload)
         return 1
@@ -424,34 +516,69 @@ class Model:
                     t = node.t(port).dtype
                     if isinstance(t, Tile):
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
-                        in_bytes.append(physical_tiles(int(r), int(c), self.P)
-                                        if r.is_Integer and c.is_Integer else None)
+                        in_bytes.append((port, stream_tokens(int(r), int(c), self.P)
+                                         if r.is_Integer and c.is_Integer else None))
             # a tile whose row count is dynamic is lowered to row tiles, whatever the count in this run
             dyn = isinstance(out_t, Tile) and not out_t.rows.is_Integer
             info = self._info[node.name] = (out_t, in_bytes, dyn)
         return info
 
-    def cost(self, node, tok) -> int:
+    def cut_through(self, node) -> tuple[bool, set]:
+        """``(cut-through, streamed input ports)``: whether ``node`` passes tiles on piece by piece, and
+        which inputs it streams (row-tiled ones, and an Accum's); the others it needs whole before it
+        starts.
+
+        Cut-through: any of its streams carries tiles with a dynamic row count, which the RTL moves as
+        ``[1, P]`` row tiles through row-granular units (element-wise maps, broadcasts, routing, column
+        reductions, the outer-product matmul). Not: ``P x P`` tiles' consumers, on-chip buffers
+        (RepeatStatic, Bufferize/Streamify) and matmuls, whose RTL buffers operands (each row, and the
+        static operand re-read per row)."""
+        def rows_dynamic(t):
+            return isinstance(t, Tile) and not t.rows.is_Integer
+        ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
+        types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
+        if node.kind in BUFFERING or not any(map(rows_dynamic, types)):
+            return False, set()
+        if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a"):
+            return False, set()     # buffers its operands: each row, and the static operand re-read per row
+        # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
+        return True, {p for p, t in ins.items() if (rows_dynamic(t) or node.kind in ("Accum", "Scan"))
+                      and p != "ref"}
+
+    def cost(self, node, tok, inputs=None) -> int:
+        """Cycles to produce ``tok``; ``inputs``: the data tokens just taken per input port (their actual
+        sizes stand in for operands of data-dependent size)."""
         if not tok.is_data:
             return 1
         out_t, in_tiles, dyn = self._node_info(node)
         cycles = self._tiles(tok.payload, dyn)
         if node.kind in ("Map", "Accum", "Scan"):
             out = cycles
-            cycles = max(cycles, self._compute_cycles(node, tok, dyn))
-            for b in in_tiles:
-                # an operand of data-dependent size is at least as large as the output here
-                cycles = max(cycles, b if b is not None else out)
+            cycles = max(cycles, self._compute_cycles(node, tok, dyn, inputs or {}))
+            for port, b in in_tiles:
+                if b is None:       # data-dependent size: this token's (row tiles), else as large as the output
+                    got = (inputs or {}).get(port)
+                    b = self._tiles(got.payload, True) if got is not None else out
+                cycles = max(cycles, b)
         return max(1, cycles)
 
-    def _compute_cycles(self, node, tok, dynamic_rows: bool = False) -> int:
+    def _compute_cycles(self, node, tok, dynamic_rows: bool = False, inputs=None) -> int:
         f = node.p("fn") if node.kind == "Map" else node.p("update")
         if f.name == "matmul":
             a = node.t("in0").dtype
             m, n = tok.payload.shape
-            k = int(a.cols.subs(self.ctx.bindings)) if a.cols.is_Integer or not a.cols.free_symbols - set(
-                self.ctx.bindings) else n
+            inner = a.rows if f.param("transpose_a") else a.cols
+            got = (inputs or {}).get("in0")
+            if inner.is_Integer or not inner.free_symbols - set(self.ctx.bindings):
+                k = int(inner.subs(self.ctx.bindings))
+            elif got is not None and hasattr(got.payload, "shape"):
+                k = got.payload.shape[0 if f.param("transpose_a") else 1]
+            else:
+                k = n
             self.matmul_flops += 2 * m * k * n
+            if f.param("transpose_a"):
+                # aᵀ·b with a dynamic inner size: one outer product of [1, P] rows per row pair
+                return physical_tiles(k, m, self.P, not inner.is_Integer) * -(-n // self.P)
             # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products
             return physical_tiles(m, k, self.P, dynamic_rows) * -(-n // self.P)
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
@@ -488,6 +615,11 @@ class Model:
             ins = {p: chans[(r.node.name, r.port)] for p, r in node.inputs.items() if r is not None}
             outs = {p: chans[(node.name, p)] for p in node.out_types}
             proc.ports = TimedPorts(node, ins, outs, self.ctx, proc, self)
+            if node.kind == "RandomOffChipLoad":
+                # the RTL unit takes an address and issues its request as it arrives, whatever its output is
+                # doing, while it has credits: its tracker holds up to mem_inflight of them
+                ins["addr"].on_push = proc.ports.prefetch
+                ins["addr"].depth = max(ins["addr"].depth, self.params.mem_inflight)
             proc.gen = node.run(proc.ports)
             procs.append(proc)
             self.schedule(proc, 0)
