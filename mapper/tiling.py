@@ -354,6 +354,11 @@ class _Lowering:
         f = node.p("fn")
         where = f"Map '{node.name}'"
         ins = [self.ref(node.inputs[p]) for p in node.input_ports()]
+        if not any(self.blocks_of(node, p) for p in node.input_ports()):
+            # index arithmetic on index or selector streams (sel_index, affine): unchanged
+            new = self.g.map(ins, f, name=node.name)
+            (self.index_out if isinstance(new.type.dtype, Tile) else self.out)(node, "out", new)
+            return
         if f.name == "matmul" and f.param("transpose_a"):
             self.out(node, "out", self._outer_matmul(node, ins, f))
             return

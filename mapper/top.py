@@ -230,6 +230,9 @@ def _spec_map(node, graph, fab):
     from step_hdl.units.functions import HW_FUNCTIONS
     f = node.p("fn")
     where = f"Map '{node.name}'"
+    if f.name == "sel_index":
+        from step_hdl.units.routing import SelIndexParams
+        return "SelIndex", SelIndexParams(n=node.t("in0").dtype.n, max_rank=fab.max_rank)
     if f.name not in HW_FUNCTIONS:
         raise FabricError(f"{where}: function {f.name!r} has no hardware implementation (hardware functions: "
                           f"{', '.join(sorted(HW_FUNCTIONS))})")
@@ -483,7 +486,7 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
             if sf.inputs.get("ref") is not None:
                 in_types["ref"] = sf.inputs["ref"].type
             words = unit.configure(op, in_types, bindings=bindings)
-        elif u.cls == "Map":
+        elif u.cls in ("Map", "SelIndex"):
             words = unit.configure({"fn": node.p("fn"), "n": node.p("n")}, in_types)
         elif u.cls in ("Accum", "Scan"):
             op = {k2: node.params.get(k2) for k2 in ("update", "init", "rank")}

@@ -940,6 +940,15 @@ class Reassemble(_Variadic):
             yield from em.element_done()
 
 
+def _max_dims(dims):
+    """One dimension for several that may differ: the dimension if they agree, else their Max."""
+    distinct = []
+    for d in dims:
+        if not any(dims_equal(d, e) for e in distinct):
+            distinct.append(d)
+    return distinct[0] if len(distinct) == 1 else sympy.Max(*distinct)
+
+
 @register
 class EagerMerge(_Variadic):
     """Forward whole rank-``rank`` chunks from whichever input has one first; ``sel`` says which."""
@@ -958,7 +967,10 @@ class EagerMerge(_Variadic):
             self.need_rank(port, p, "rank")
             total += elements_of(self.t(port).shape[:len(self.t(port).shape) - p])
         elem = self._join([self.t(f"in{i}").dtype for i in range(n)])
-        inner = tuple(first.shape[len(first.shape) - p:]) if p else ()
+        # chunks of different inputs may differ in size (a row count per input): the merged chunk's size
+        # is their Max, like a merged tile's (exact for buffers, a bound for counts)
+        inner = tuple(_max_dims([self.t(f"in{i}").shape[len(self.t(f"in{i}").shape) - p + j] for i in range(n)])
+                      for j in range(p)) if p else ()
         return {"out": StreamType(elem, (total,) + inner),
                 "sel": StreamType(Selector(n), (total,))}
 

@@ -31,7 +31,7 @@ from .base import StepUnit
 from .config import Reg
 from .layout import SelectorFormat, TokenFormat, payload_format, tile_format
 from .merger import StopMerger
-from .params import ParamError, StreamParams, positive
+from .params import ParamError, StreamParams, UnitParams, positive
 
 #: largest number of routed streams (selector width) a routing unit may have
 MAX_N = 64
@@ -548,3 +548,61 @@ class EagerMerge(_RoutingUnit):
 
 
 __all__ = ["RoutingParams", "Partition", "Reassemble", "EagerMerge", "MAX_N"]
+
+
+# ----------------------------------------------------------------------------- selector -> index
+
+@dataclass(frozen=True)
+class SelIndexParams(UnitParams):
+    """A :class:`SelIndex`: selectors of ``n`` choices, tokens up to ``max_rank``."""
+
+    n: int = 2
+    max_rank: int = 3
+
+    def validate(self):
+        positive(self.owner, "n", self.n)
+        positive(self.owner, "max_rank", self.max_rank, minimum=0)
+
+
+class SelIndex(StepUnit):
+    """The function ``sel_index`` as a unit: each selector becomes the ``[1, 1]`` int32 index of its
+    lowest set bit (-1 if none); stops and done pass through (a Map of ``sel_index``).
+
+    Latency 1 (one output register), II 1. Combinational: ``i.ready`` from ``o.ready`` and the
+    register's state; ``o.valid`` and the payload are registers.
+    """
+
+    kind = "Map"
+
+    def __init__(self, params: SelIndexParams):
+        if not isinstance(params, SelIndexParams):
+            self._MustUse__silence = True
+            raise ParamError(f"SelIndex: parameters must be SelIndexParams, got {params!r}")
+        super().__init__(params)
+
+    def formats(self):
+        from .memory import INDEX
+        p = self.params
+        return {"i0": (False, TokenFormat(SelectorFormat(p.n), p.max_rank)),     # Map's port names
+                "o": (True, TokenFormat(INDEX, p.max_rank))}
+
+    def configure(self, op_params, in_types):
+        f = op_params.get("fn")
+        if getattr(f, "name", f) != "sel_index":
+            raise ParamError(f"SelIndex: runs the function sel_index, the node uses {f!r}")
+        return []
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)            # (no registers: takes and ignores configuration writes)
+        i, o = self.i0, self.o
+        mask = i.payload.payload
+        index = Const(-1, 32)
+        for k in reversed(range(self.params.n)):       # the lowest set bit wins
+            index = Mux(mask[k], k, index)
+        # one output register, refilled whenever it is empty or being taken
+        m.d.comb += i.ready.eq(o.ready | ~o.valid)
+        with m.If(i.ready):
+            m.d.sync += [o.valid.eq(i.valid), o.payload.stop.eq(i.payload.stop),
+                         o.payload.done.eq(i.payload.done), o.payload.payload[0].eq(index)]
+        return m

@@ -414,3 +414,25 @@ def test_bad_configuration():
         merge.configure(dict(n=3, rank=1), {"in0": ints(L, L), "in1": ints(L, L), "in2": ints(L)})
     with pytest.raises(ParamError, match=r"EagerMerge: input 'in0' has rank 4 > max_rank 3"):
         merge.configure(dict(n=3, rank=0), {"in0": ints(2, 2, 2, 2, L)})
+
+
+# --------------------------------------------------------------------------- SelIndex
+
+def test_sel_index(sim_backend):
+    """A Map of sel_index: the lowest set bit's index, -1 for an empty selector; stops pass through."""
+    from step_hdl.functions import fn
+    from step_hdl.units.routing import SelIndex, SelIndexParams
+    check_unit(SelIndex(SelIndexParams(n=3, max_rank=3)), "Map",
+               {"in0": (sels(3, 2, L), toks("1 2 S1 4 6 0 S1 7 5 S1 D", sel=True))},
+               dict(fn=fn("sel_index")), backend=sim_backend)
+
+
+def test_sel_index_rejects_other_functions():
+    from step_hdl.functions import fn
+    from step_hdl.units.routing import SelIndex, SelIndexParams
+    unit = SelIndex(SelIndexParams(n=2))
+    unit._MustUse__silence = True           # configured, never elaborated
+    with pytest.raises(ParamError, match="runs the function sel_index, the node uses"):
+        unit.configure({"fn": fn("affine")}, {})
+    with pytest.raises(ParamError, match="parameters must be SelIndexParams"):
+        SelIndex(RoutingParams(rows=1, cols=1, dtype="int32", max_rank=3, n=2))
