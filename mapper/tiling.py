@@ -62,6 +62,8 @@ Operators and functions not listed raise :class:`TilingError` naming the node.
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 
 from step_hdl.errors import StepError
@@ -93,6 +95,7 @@ def _cut(d, P: int):
     return 1, (int(d) if d.is_Integer else d)
 
 
+@functools.lru_cache(maxsize=4096)
 def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
     """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: ``P``-blocks
     along a dimension that is a multiple of ``P``; otherwise (or when the row count is dynamic, whatever its
@@ -101,6 +104,7 @@ def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> 
     return (int(rows) if dynamic_rows else _cut(rows, P)[1]) * -(-int(cols) // P)
 
 
+@functools.lru_cache(maxsize=4096)
 def stream_tokens(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
     """Tokens a ``[rows, cols]`` tile takes on a lowered stream: its physical tiles plus the stop that
     closes each block row (``[..., rb, cb]``: ``cb`` tiles, then a stop), one per row for row tiles.

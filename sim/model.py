@@ -198,6 +198,7 @@ class TimedMemory(Memory):
         self.pending: dict[str, deque] = {}
         self.held: dict[str, deque] = {}
         self.prefetched: dict[str, deque] = {}     # random loads: (completion, pieces) issued ahead
+        self._random_tiles: dict[str, tuple] = {}  # random loads: (tensor address, tile bytes, pieces)
         self.base: dict[str, int] = {}
         addr = 0
         for name, spec in graph.tensors.items():
@@ -231,25 +232,40 @@ class TimedMemory(Memory):
                                                             self.pieces(tr, tc)))
         return nbytes
 
-    def prefetch(self, node, addresses, now: int, credits: int) -> None:
+    def prefetch(self, node, queue, now: int, credits: int) -> None:
         """Issue random-load reads for addresses already waiting at the unit's input.
 
         The RTL :class:`~step_hdl.units.memory.RandomOffChipLoad` turns each
         address into a request as it arrives, while it has a credit, whatever
         its output is doing; the interpreter's load reads one address per tile
-        sent. ``addresses``: the tile indices queued behind the one being sent.
+        sent. ``queue``: the unit's waiting input tokens; the first of its
+        addresses may have been issued already. Only the addresses that fit in
+        the free credits are looked at, so a long queue costs nothing.
         """
-        spec = node.graph.tensors[node.p("tensor")]
-        tile = node.tile_type()
-        tr, tc = int(tile.rows), int(tile.cols)
-        nbytes, pieces = tr * tc * spec.dtype.bytes, self.pieces(tr, tc)
+        shape = self._random_tiles.get(node.name)
+        if shape is None:
+            spec = node.graph.tensors[node.p("tensor")]
+            tile = node.tile_type()
+            tr, tc = int(tile.rows), int(tile.cols)
+            shape = self._random_tiles[node.name] = (self.base[spec.name], tr * tc * spec.dtype.bytes,
+                                                     self.pieces(tr, tc))
+        start, nbytes, pieces = shape
         early = self.prefetched.setdefault(node.name, deque())
-        use = sum(self.held.get(node.name, ())) + sum(p for _, p in early)
-        for index in addresses[len(early):]:
-            if use + pieces > credits:
+        free = credits - sum(self.held.get(node.name, ())) - pieces * len(early)
+        if free < pieces:
+            return
+        skip, base = len(early), node.p("base")
+        for tok in queue:
+            if not tok.is_data:
+                continue
+            if skip:
+                skip -= 1
+                continue
+            index = base + int(tok.payload.flat[0])
+            early.append((self.dram.access(now, start + index * nbytes, nbytes, pieces), pieces))
+            free -= pieces
+            if free < pieces:
                 break
-            early.append((self.dram.access(now, self.base[spec.name] + index * nbytes, nbytes, pieces), pieces))
-            use += pieces
 
     def issue(self, name: str, now: int, credits: int) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
@@ -397,9 +413,7 @@ class TimedPorts(Ports):
 
     def prefetch(self):
         """A random load: issue the requests of the addresses waiting at its input (as credits allow)."""
-        base = self.node.p("base")
-        self.ctx.memory.prefetch(self.node, [base + int(t.payload.reshape(-1)[0]) for t in self.ins["addr"].queue
-                                             if t.is_data], self.model.now, self.model.params.mem_inflight)
+        self.ctx.memory.prefetch(self.node, self.ins["addr"].queue, self.model.now, self.model.params.mem_inflight)
 
     def put(self, port, tok):
         yield from self.put_all([port], tok, self._send_cycles(tok))
