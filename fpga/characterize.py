@@ -301,8 +301,8 @@ def run_fabric(fabric_json=None, workdir=None) -> dict:
            "synthesized": {k: rep[k] for k in ("luts", "synth_luts", "ffs", "dsps", "brams", "lutrams",
                                                 "soft_multipliers", "fmax_mhz")},
            "tools": rep["tools"], "wall_s": rep["wall_s"]}
-    for k in ("post_placement_fmax_mhz", "note"):
-        if k in rep:
+    for k in ("router", "critical_path", "post_placement_fmax_mhz", "note"):
+        if rep.get(k) is not None:
             out[k] = rep[k]
     for label, excl in (("estimate", ()),):
         est = estimate(d, table, exclude_tiles=excl)
@@ -335,7 +335,21 @@ def write_fabric(check, path=HERE / "estimate_check.json", doc=DOCS / "fpga-cost
     lines += ["", f"Context factors in use: LUTs x{load_table(HERE / 'cost_table.json')['context']['luts']}, FFs "
               f"x{load_table(HERE / 'cost_table.json')['context']['ffs']} (calibrated on the 2x2 fabric, not "
               f"this one)."]
-    if check.get("note"):
+    if s.get("fmax_mhz") is not None:
+        w, cp = check.get("wall_s", {}), check.get("critical_path")
+
+        def mins(*keys):
+            return f"{sum(w.get(k, 0) for k in keys) / 60:.1f} min"
+        line = (f"Place and route: routed (nextpnr {check.get('router') or 'router1'}, seed 1): Fmax "
+                f"{s['fmax_mhz']} MHz at the 100 MHz constraint")
+        if cp:
+            line += (f"; critical path `{cp['start_signal']}` -> `{cp['end_signal']}`, {cp['delay_ns']} ns "
+                     f"({cp['logic_ns']} logic, {cp['routing_ns']} routing, {cp['levels']} levels)")
+        if "nextpnr_s" in w:
+            line += (f"; wall time: Yosys {mins('yosys_s')}, nextpnr {mins('nextpnr_s')} (placement "
+                     f"{mins('heap_placer_s', 'sa_placer_s')}, routing {mins('router2_s', 'router1_s')})")
+        lines += ["", line + "."]
+    elif check.get("note"):
         lines += ["", f"Place and route: {check['note']}; nextpnr's timing estimate after placement: "
                       f"{check.get('post_placement_fmax_mhz')} MHz."]
     text = Path(doc).read_text()

@@ -13,7 +13,9 @@
    (``--freq``, default 100 MHz, on Amaranth's ``clk``) and ``--report``:
    out-of-context mode inserts no I/O buffers, so every port of the component
    stays a real port of the netlist (nothing is optimized away) although a
-   tile datapath has far more bits than the package has pins.
+   tile datapath has far more bits than the package has pins. The router is
+   nextpnr's default ``router1`` for small designs and ``router2`` above
+   :data:`BIG_DESIGN_LUTS` (a nearly full device: router1 does not converge).
 
 The result is a :class:`SynthReport`: LUTs, flip-flops, DSP blocks, block RAMs,
 the clock's maximum frequency and the critical path's start and end points,
@@ -97,7 +99,10 @@ class SynthReport:
     ``synth_luts``, Yosys's count in the same units (``LUT4 + 2*CCU2C +
     2*TRELLIS_DPR16X4``). ``ffs`` are ``TRELLIS_FF``, ``dsps`` ``MULT18X18D``,
     ``brams`` ``DP16KD``. ``fmax_mhz`` and ``critical_path`` are ``None``
-    without place-and-route.
+    without place-and-route. ``wall_s`` has the wall time of every step
+    (``rtlil_s``, ``yosys_s``, ``nextpnr_s``) and, from nextpnr's log, of its
+    placers and routers (``heap_placer_s``, ``sa_placer_s``, ``router2_s``,
+    ``router1_s``); ``router`` is the nextpnr router used.
     """
 
     name: str
@@ -119,6 +124,7 @@ class SynthReport:
     wall_s: dict
     placed: bool = True
     utilization: dict = field(default_factory=dict)
+    router: str | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -242,9 +248,32 @@ def parse_report(report: dict, clock: str = "clk") -> dict:
     return {"fmax_mhz": fmax, "critical_path": crit, "utilization": util}
 
 
+_LOG_TIMES = (("heap_placer_s", re.compile(r"HeAP Placer Time: ([0-9.]+)s")),
+              ("sa_placer_s", re.compile(r"SA placement time ([0-9.]+)s")),
+              ("router2_s", re.compile(r"Router2 time ([0-9.]+)s")),
+              ("router1_s", re.compile(r"Router1 time ([0-9.]+)s")))
+
+
+def parse_log_times(log_text: str) -> dict:
+    """Wall times of nextpnr's placers and routers from its log (seconds; the steps it reports).
+
+    With router2, nextpnr runs router1 afterwards to check the route (``router1_s``).
+    """
+    out = {}
+    for key, pat in _LOG_TIMES:
+        found = pat.findall(log_text)
+        if found:
+            out[key] = round(sum(float(x) for x in found), 2)
+    return out
+
+
 # ----------------------------------------------------------------------------- the flow
 
-BIG_DESIGN_LUTS = 20000    # above this, nextpnr's router2 (router1 did not converge on the 83 %-full SwiGLU fabric)
+# Above this many LUTs nextpnr's router2 is the default: on the 83 %-full SwiGLU acceptance fabric (70,229 logic
+# cells) router2 routed in 19.4 minutes (overuse 91,737 -> 0 in 34 iterations), while router1 (on the same fabric's
+# previous netlist) was down only 2,213 of 284,566 arcs after 891 s, most routes ripping up others, and slowing.
+# Small units keep router1 (their baselines use it).
+BIG_DESIGN_LUTS = 20000
 
 
 def _stamp(work: Path, stage: str, key: str):
@@ -271,7 +300,7 @@ def _key(*parts) -> str:
 
 def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
-               router: str | None = None, progress=None) -> SynthReport:
+               router: str | None = None, placer: str | None = None, progress=None) -> SynthReport:
     """Synthesize (and by default place and route) ``component`` for ``target``.
 
     Parameters
@@ -298,7 +327,14 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         ``None`` unlimited (resource characterization without place-and-route).
     router : str, optional
         nextpnr's router; default ``router1``, ``router2`` for designs of more
-        than :data:`BIG_DESIGN_LUTS` LUTs.
+        than :data:`BIG_DESIGN_LUTS` LUTs (synthesized): router1 does not get
+        through the congestion of a nearly full device in hours, router2 routed
+        the 83 %-full SwiGLU fabric in 19 minutes.
+    placer : str, optional
+        nextpnr's placer (``heap``, ``sa``, ``static``); default nextpnr's own
+        (HeAP). On the SwiGLU fabric ``static`` gave a 17 % higher Fmax and
+        half the routing time (``docs/fpga.md``); it is not the default, which
+        is what the end-to-end acceptance run measured.
     progress : callable, optional
         Called with one-line progress messages.
 
@@ -356,6 +392,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         router = router or ("router2" if stat["synth_luts"] > BIG_DESIGN_LUTS else "router1")
         args = ["--json", f"{name}.json", "--out-of-context", "--freq", f"{freq_mhz:g}", "--timing-allow-fail",
                 "--seed", str(seed), "--router", router, "--report", "report.json"]
+        if placer:
+            args += ["--placer", placer]
         key = _key((work / f"{name}.json").read_bytes(), *args, tool_versions(target).get(tgt.nextpnr))
         done = _stamp(work, "nextpnr", key)
         if done and (work / "report.json").exists():
@@ -368,6 +406,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
             wall["nextpnr_s"] = round(time.perf_counter() - t0, 2)
             _save_stamp(work, "nextpnr", key, wall["nextpnr_s"])
         logs["nextpnr"] = str(work / "nextpnr.log")
+        if (work / "nextpnr.log").exists():
+            wall.update(parse_log_times((work / "nextpnr.log").read_text()))
         pnr = parse_report(json.loads((work / "report.json").read_text()))
         luts = pnr["utilization"].get("TRELLIS_COMB", luts)
         say(f"{name}: Fmax {pnr['fmax_mhz'] or 0:.1f} MHz ({wall['nextpnr_s']:.0f} s)")
@@ -376,4 +416,4 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
                        carries=stat["carries"], soft_multipliers=len(soft), freq_mhz=freq_mhz,
                        fmax_mhz=pnr["fmax_mhz"], critical_path=pnr["critical_path"], cells=stat["cells"],
                        tools=tool_versions(target), logs=logs, wall_s=wall, placed=place,
-                       utilization=pnr["utilization"])
+                       utilization=pnr["utilization"], router=router if place else None)

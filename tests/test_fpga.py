@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from step_hdl.fpga.ecp5 import (TARGETS, NextpnrError, multipliers, parse_report, parse_stat, run_nextpnr,
-                                signal_of, soft_multipliers)
+from step_hdl.fpga.ecp5 import (BIG_DESIGN_LUTS, TARGETS, NextpnrError, multipliers, parse_log_times,
+                                parse_report, parse_stat, run_nextpnr, signal_of, soft_multipliers)
 from step_hdl.fpga.yosys import YosysError, run_yosys
 
 
@@ -52,6 +52,24 @@ def test_report_parsing():
                                                         "MULT18X18D": 2, "DP16KD": 1, "TRELLIS_DPR16X4": 3}}})
     assert (stat["synth_luts"], stat["ffs"], stat["dsps"], stat["brams"]) == (126, 40, 2, 1)
     assert signal_of("plain_net") == "plain_net"
+
+
+def test_nextpnr_step_times_from_the_log():
+    # the lines nextpnr 0.11 writes (the routed SwiGLU acceptance fabric's log, shortened)
+    log = ("Info: HeAP Placer Time: 483.24s\nInfo:   of which solving equations: 194.60s\n"
+           "Info: SA placement time 1087.10s\nInfo: Running router2...\nInfo: Router2 time 1161.56s\n"
+           "Info: Running router1 to check that route is legal...\nInfo: Router1 time 26.77s\n")
+    assert parse_log_times(log) == {"heap_placer_s": 483.24, "sa_placer_s": 1087.1, "router2_s": 1161.56,
+                                    "router1_s": 26.77}
+    assert parse_log_times("Info: Program finished normally.\n") == {}
+
+
+def test_the_swiglu_acceptance_fabric_routes_with_router2():
+    """The committed place-and-route of the acceptance fabric: routed, with the router the flow picks by size."""
+    from step_hdl.fpga.characterize import HERE
+    check = json.loads((Path(HERE) / "estimate_check.json").read_text())
+    assert check["synthesized"]["fmax_mhz"] and check["critical_path"]["end_signal"]
+    assert check["synthesized"]["synth_luts"] > BIG_DESIGN_LUTS and check["router"] == "router2"
 
 
 def test_dsp_budget_keeps_the_largest_multipliers():
