@@ -344,8 +344,15 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
                 raise FabricError(f"Streamify '{node.name}': the on-chip buffer unit needs its input straight "
                                   f"from a Bufferize (got {src.kind} '{src.name}')")
             continue
-        if node.kind in ("Output", "Feedback"):
-            continue        # a sink port of the top level; a wire closing a cycle
+        if node.kind == "Output":
+            t = node.t("in").dtype
+            if isinstance(t, Tile) and (t.dtype.name, int(t.rows), int(t.cols)) != ("int32", 1, 1):
+                raise FabricError(f"Output '{node.name}': streams of data tiles leaving the fabric are not "
+                                  f"supported by the top level (Outputs are sinks for selectors, indices and "
+                                  f"acknowledgements); store results with a LinearOffChipStore")
+            continue        # a sink port of the top level
+        if node.kind == "Feedback":
+            continue        # a wire closing a cycle
         spec = SPECS.get(node.kind)
         if spec is None:
             raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "

@@ -78,22 +78,26 @@ def test_unsupported_function_and_operator_are_named():
     wf = Workload(g, {"a": np.ones((8, 8), np.int16)}, {}, {}, make_dtype("int16"))
     with pytest.raises(TilingError, match="Scan 'prefix': hierarchical tiling does not support this operator"):
         prepare(wf, 4)
+    g = Graph("pair")                   # already in physical tiles: [1, 1] scalars
+    g.tensor("a", 4, 1, "int32")
+    g.tensor("b", 4, 2, "int32")
+    x, y = g.broadcast(g.load("a", tile=(1, 1), out_shape=[4], stride=[1], name="load_a"), 2, name="fan")
+    g.store(g.map([x, y], "pair", name="pairs"), "b", tile=(1, 2), name="store_b")
+    with pytest.raises(FabricError, match="Map 'pairs': function 'pair' has no hardware implementation"):
+        plan(g, fabric_for(g, 4, "int32"))
     g = Graph("div")
     g.tensor("a", 4, 16, "fp32")
     g.tensor("b", 4, 16, "fp32")
     x, y = g.broadcast(g.load("a", tile=(4, 4), out_shape=[4], stride=[1], name="load_a"), 2, name="fan")
     g.store(g.map([x, y], "div", name="ratio"), "b", tile=(4, 4), name="store_b")
-    lowered = lower(g, 4, dtype="fp32").graph
-    with pytest.raises(FabricError, match="Map 'ratio': function 'div' has no hardware implementation"):
-        plan(lowered, fabric_for(lowered, 4, "fp32"))
     with pytest.raises(FabricError, match="the hardware units compute on integer element types .* this workload "
                                           "uses fp32 \\(on the command line: --dtype int16\\)"):
         prepare(Workload(g, {"a": np.ones((4, 16), np.float32)}, {}, {}, make_dtype("fp32")), 4)
     g = Graph("out")
     g.tensor("a", 8, 8, "int16")
     g.output(g.load("a", tile=(4, 4), out_shape=[2, 2], stride=[2, 1], name="load_a"), name="o")
-    with pytest.raises(FabricError, match="Output 'o': streams leaving the fabric are not supported by the top "
-                                          "level yet; store results with a LinearOffChipStore"):
+    with pytest.raises(FabricError, match="Output 'o': streams of data tiles leaving the fabric are not supported "
+                                          "by the top level .*; store results with a LinearOffChipStore"):
         prepare(Workload(g, {"a": np.ones((8, 8), np.int16)}, {}, {}, make_dtype("int16")), 4)
 
 

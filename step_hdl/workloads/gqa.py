@@ -197,7 +197,7 @@ def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="d
     params = dict(batch=B, kv_heads=kv_heads, group=group, head_dim=head_dim, regions=regions,
                   strategy=strategy, dtype=dt.name)
     # the longest KV chunk any region packs (sizes on-chip buffers; the per-region totals depend on the run)
-    subs = {dyn(f"r{r}_rows_len_max"): int(lens.max()) for r in range(regions)}
+    subs = {f"r{r}_rows_len_max": int(lens.max()) for r in range(regions)}
     if dt.is_int:
         # small magnitudes: scores >> SHIFT stay within a few units of fixed point (exp's useful range)
         lim = min(40, dt.max)
