@@ -251,6 +251,8 @@ class TimedMemory(Memory):
                                                      self.pieces(tr, tc))
         start, nbytes, pieces = shape
         early = self.prefetched.setdefault(node.name, deque())
+        if pieces * (len(early) + 1) > credits:
+            return                      # the requests already issued ahead hold the credits (the usual case)
         free = credits - sum(self.held.get(node.name, ())) - pieces * len(early)
         if free < pieces:
             return
