@@ -550,11 +550,12 @@ class EagerMerge(_RoutingUnit):
 __all__ = ["RoutingParams", "Partition", "Reassemble", "EagerMerge", "MAX_N"]
 
 
-# ----------------------------------------------------------------------------- selector -> index
+# ----------------------------------------------------------------------------- selector <-> index
 
 @dataclass(frozen=True)
 class SelIndexParams(UnitParams):
-    """A :class:`SelIndex`: selectors of ``n`` choices, tokens up to ``max_rank``."""
+    """A :class:`SelIndex` or :class:`KeepIfZero`: selectors of ``n`` choices (``n = 1`` for
+    KeepIfZero's), tokens up to ``max_rank``."""
 
     n: int = 2
     max_rank: int = 3
@@ -564,21 +565,49 @@ class SelIndexParams(UnitParams):
         positive(self.owner, "max_rank", self.max_rank, minimum=0)
 
 
-class SelIndex(StepUnit):
-    """The function ``sel_index`` as a unit: each selector becomes the ``[1, 1]`` int32 index of its
-    lowest set bit (-1 if none); stops and done pass through (a Map of ``sel_index``).
+class _IndexFunction(StepUnit):
+    """A Map of one selector/index function: one output register; stops and done pass through.
 
-    Latency 1 (one output register), II 1. Combinational: ``i.ready`` from ``o.ready`` and the
-    register's state; ``o.valid`` and the payload are registers.
+    Latency 1, II 1. Combinational: ``i0.ready`` from ``o.ready`` and the register's state;
+    ``o.valid`` and the payload are registers.
     """
 
     kind = "Map"
+    function = ""
 
     def __init__(self, params: SelIndexParams):
         if not isinstance(params, SelIndexParams):
             self._MustUse__silence = True
-            raise ParamError(f"SelIndex: parameters must be SelIndexParams, got {params!r}")
+            raise ParamError(f"{type(self).__name__}: parameters must be SelIndexParams, got {params!r}")
         super().__init__(params)
+
+    def configure(self, op_params, in_types):
+        f = op_params.get("fn")
+        if getattr(f, "name", f) != self.function:
+            raise ParamError(f"{type(self).__name__}: runs the function {self.function}, the node uses {f!r}")
+        return []
+
+    def value(self, payload):
+        """The output payload (an Amaranth value) of an input payload."""
+        raise NotImplementedError
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)            # (no registers: takes and ignores configuration writes)
+        i, o = self.i0, self.o
+        # one output register, refilled whenever it is empty or being taken
+        m.d.comb += i.ready.eq(o.ready | ~o.valid)
+        with m.If(i.ready):
+            m.d.sync += [o.valid.eq(i.valid), o.payload.stop.eq(i.payload.stop),
+                         o.payload.done.eq(i.payload.done), o.payload.payload.eq(self.value(i.payload.payload))]
+        return m
+
+
+class SelIndex(_IndexFunction):
+    """The function ``sel_index`` as a unit: each selector becomes the ``[1, 1]`` int32 index of its
+    lowest set bit (-1 if none). Timing as :class:`_IndexFunction` (latency 1, II 1)."""
+
+    function = "sel_index"
 
     def formats(self):
         from .memory import INDEX
@@ -586,23 +615,25 @@ class SelIndex(StepUnit):
         return {"i0": (False, TokenFormat(SelectorFormat(p.n), p.max_rank)),     # Map's port names
                 "o": (True, TokenFormat(INDEX, p.max_rank))}
 
-    def configure(self, op_params, in_types):
-        f = op_params.get("fn")
-        if getattr(f, "name", f) != "sel_index":
-            raise ParamError(f"SelIndex: runs the function sel_index, the node uses {f!r}")
-        return []
-
-    def elaborate(self, platform):
-        m = Module()
-        self.regs.elaborate(m, self.cfg)            # (no registers: takes and ignores configuration writes)
-        i, o = self.i0, self.o
-        mask = i.payload.payload
+    def value(self, mask):
         index = Const(-1, 32)
         for k in reversed(range(self.params.n)):       # the lowest set bit wins
             index = Mux(mask[k], k, index)
-        # one output register, refilled whenever it is empty or being taken
-        m.d.comb += i.ready.eq(o.ready | ~o.valid)
-        with m.If(i.ready):
-            m.d.sync += [o.valid.eq(i.valid), o.payload.stop.eq(i.payload.stop),
-                         o.payload.done.eq(i.payload.done), o.payload.payload[0].eq(index)]
-        return m
+        return index
+
+
+class KeepIfZero(_IndexFunction):
+    """The function ``keep_if_zero`` as a unit: each ``[1, 1]`` int32 flag becomes a 1-way selector, set
+    where the flag is 0 (a Partition with it drops padded elements). Timing as :class:`_IndexFunction`
+    (latency 1, II 1)."""
+
+    function = "keep_if_zero"
+
+    def formats(self):
+        from .memory import INDEX
+        p = self.params
+        return {"i0": (False, TokenFormat(INDEX, p.max_rank)),
+                "o": (True, TokenFormat(SelectorFormat(1), p.max_rank))}
+
+    def value(self, flag):
+        return flag.as_value() == 0

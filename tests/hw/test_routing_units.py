@@ -416,7 +416,7 @@ def test_bad_configuration():
         merge.configure(dict(n=3, rank=0), {"in0": ints(2, 2, 2, 2, L)})
 
 
-# --------------------------------------------------------------------------- SelIndex
+# --------------------------------------------------------------------------- SelIndex, KeepIfZero
 
 def test_sel_index(sim_backend):
     """A Map of sel_index: the lowest set bit's index, -1 for an empty selector; stops pass through."""
@@ -436,3 +436,12 @@ def test_sel_index_rejects_other_functions():
         unit.configure({"fn": fn("affine")}, {})
     with pytest.raises(ParamError, match="parameters must be SelIndexParams"):
         SelIndex(RoutingParams(rows=1, cols=1, dtype="int32", max_rank=3, n=2))
+
+
+def test_keep_if_zero(sim_backend):
+    """A Map of keep_if_zero: padding flags (0 = real, nonzero = padded) -> 1-way selectors."""
+    from step_hdl.functions import fn
+    from step_hdl.units.routing import KeepIfZero, SelIndexParams
+    check_unit(KeepIfZero(SelIndexParams(n=1, max_rank=3)), "Map",
+               {"in0": (ints(2, L), toks("0 0 S1 0 4 -1 S1 3 S1 D"))},
+               dict(fn=fn("keep_if_zero")), backend=sim_backend)
