@@ -30,6 +30,9 @@ their ranks shifted by the two block dimensions:
 * packing rows into a tile (Accum ``retile_row``) and unpacking it
   (FlatMap ``retile_streamify``) only regroup the row blocks (Flatten,
   Reshape with chunk 1);
+* a padded Reshape (static token tiles) pads single physical tiles: the
+  elements' blocks are flattened, padded in whole elements, and split again;
+  its padding flags are summed per element (0: real);
 * RepeatStatic of a logical tile buffers its block (Bufferize + Streamify
   ``repeat``);
 * a matmul of row tiles ``[N, K] x [K, M]`` buffers each row (``K/P`` tiles)
@@ -325,6 +328,29 @@ class _Lowering:
     def _Flatten(self, node):
         self.out(node, "out", self.g.flatten(self.ref(node.inputs["in"]), node.p("lo") + 2, node.p("hi") + 2,
                                              name=node.name))
+
+    def _Reshape(self, node):
+        chunk, rank = node.p("chunk"), node.p("rank")
+        src = self.ref(node.inputs["in"])
+        blocks = self.blocks_of(node, "in")
+        if node.p("pad") is None:
+            self.like(node, "in")(node, "out", self.g.reshape(src, rank + blocks, chunk, name=node.name))
+            return
+        where = f"Reshape '{node.name}'"
+        if not blocks:
+            raise TilingError(f"{where}: padding an index stream is not supported by hierarchical tiling")
+        # padding works on single elements (rank 0), so the tiles' blocks [rb, cb] are flattened into the
+        # row dimension, padded in whole blocks (chunk·rb·cb tiles), and the blocks split off again
+        _, _, rb, cb = self.phys(node.t("in").dtype, where)
+        per = _static(rb, "tile rows", where) * cb
+        flat = self.g.flatten(src, 0, 2, name=f"{node.name}_unblock")
+        data, flags = self.g.reshape(flat, 0, chunk * per, pad=node.p("pad"), name=node.name)
+        data = self.g.reshape(self.g.reshape(data, 0, cb, name=f"{node.name}_cols"), 1, rb,
+                              name=f"{node.name}_rows")
+        self.out(node, "out", data)
+        # one flag per logical element: a padded element's tiles are all padding, so their sum is 0 or per
+        flags = self.g.reshape(flags, 0, per, name=f"{node.name}_flag_blocks")
+        self.index_out(node, "pad", self.per_tile(flags, f"{node.name}_flags", rank=1))
 
     def _RepeatStatic(self, node):
         where = f"RepeatStatic '{node.name}'"

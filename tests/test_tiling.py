@@ -60,6 +60,29 @@ def test_moe_dynamic_tiling_lowers_to_row_tiles(routing):
     assert shapes == {(1, 4)}
 
 
+@pytest.mark.parametrize("tile", [3, 6])
+def test_moe_static_tiling_lowers_padded_row_tiles(routing, tile):
+    """Static token tiles of a row count that is not a multiple of P: padded in whole rows (the padding
+    flags one per row), packed as row tiles, the padding dropped after the FFN; same result, same bytes."""
+    from step_hdl.workloads.moe import moe
+    w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="static",
+            tile=tile)
+    lowered = tile_physical(w.graph, 4)
+    res = run(lowered, w.tensors, w.streams)
+    assert w.mismatches(res) == {}
+    assert res.offchip_bytes == w.run().offchip_bytes
+    flags = [int(t.payload[0, 0]) for t in res.edges["e0_chunk_flags.out"] if t.is_data]
+    n0 = int(w.subs["route_n0"])
+    assert flags == [0] * n0 + [4] * (-n0 % tile)      # a padded row's 4 physical tiles are all padding
+
+
+def test_static_tiles_of_p_rows_are_reported():
+    from step_hdl.workloads.moe import moe
+    w = moe(np.array([[0], [1]]), 2, hidden=8, inter=8, tile_inter=8, dtype="int16", tiling="static", tile=4)
+    with pytest.raises(TilingError, match="Accum 'e0_pack': retile_row into a tile with 4-row physical tiles"):
+        tile_physical(w.graph, 4)
+
+
 def test_physical_tiles_follow_the_tiling_rule():
     from step_hdl.mapper.tiling import physical_tiles
     assert physical_tiles(32, 64, 16) == 2 * 4          # P x P blocks
