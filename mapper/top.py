@@ -45,7 +45,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from step_hdl.graph import Graph
-from step_hdl.types import Tile, dtype as make_dtype
+from step_hdl.types import Index, Tile, dtype as make_dtype
 
 from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
@@ -204,10 +204,14 @@ def _spec_load(node, graph, fab):
                                                  max_dims=fab.max_rank + 1, **kw)
 
 
+#: the port whose tiles an off-chip unit moves (other than a linear load's ``out``)
+_OFFCHIP_DATA_PORT = {"RandomOffChipLoad": "out", "RandomOffChipStore": "data", "LinearOffChipStore": "in"}
+
+
 def _spec_store(node, graph, fab):
     from step_hdl.units.memory import OffChipParams
-    t = _tile(node.out_types["out"] if node.kind == "RandomOffChipLoad" else
-              node.t("data" if node.kind == "RandomOffChipStore" else "in"), f"{node.kind} '{node.name}'")
+    port = _OFFCHIP_DATA_PORT[node.kind]
+    t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
     return node.kind, OffChipParams(int(t.rows), int(t.cols), t.dtype.name, **_offchip_common(fab))
 
 
@@ -225,14 +229,19 @@ def _spec_buffer(node, graph, fab):
                                               sram_bytes=fab.sram_bytes, read_dims=len(shape) if shape else 0, **kw)
 
 
+#: functions on selectors and indices -> their unit class (units.routing)
+INDEX_FUNCTIONS = {"sel_index": "SelIndex", "keep_if_zero": "KeepIfZero"}
+
+
 def _spec_map(node, graph, fab):
     from step_hdl.units.compute import MapParams
     from step_hdl.units.functions import HW_FUNCTIONS
     f = node.p("fn")
     where = f"Map '{node.name}'"
-    if f.name == "sel_index":
+    if f.name in INDEX_FUNCTIONS:        # selector <-> index conversions: units of their own
         from step_hdl.units.routing import SelIndexParams
-        return "SelIndex", SelIndexParams(n=node.t("in0").dtype.n, max_rank=fab.max_rank)
+        n = node.t("in0").dtype.n if f.name == "sel_index" else 1
+        return INDEX_FUNCTIONS[f.name], SelIndexParams(n=n, max_rank=fab.max_rank)
     if f.name not in HW_FUNCTIONS:
         raise FabricError(f"{where}: function {f.name!r} has no hardware implementation (hardware functions: "
                           f"{', '.join(sorted(HW_FUNCTIONS))})")
@@ -285,7 +294,8 @@ def _spec_shape(node, graph, fab):
     from step_hdl.units.shape import RepeatParams, ReshapeParams
     t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
     cls = {"RepeatStatic": RepeatParams, "Reshape": ReshapeParams}.get(node.kind, StreamParams)
-    return node.kind, cls(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank)
+    kw = {"pad": node.p("pad") is not None} if node.kind == "Reshape" else {}
+    return node.kind, cls(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, **kw)
 
 
 def _spec_source(node, graph, fab):
@@ -346,7 +356,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             continue
         if node.kind == "Output":
             t = node.t("in").dtype
-            if isinstance(t, Tile) and (t.dtype.name, int(t.rows), int(t.cols)) != ("int32", 1, 1):
+            if isinstance(t, Tile) and t != Index():
                 raise FabricError(f"Output '{node.name}': streams of data tiles leaving the fabric are not "
                                   f"supported by the top level (Outputs are sinks for selectors, indices and "
                                   f"acknowledgements); store results with a LinearOffChipStore")
@@ -493,7 +503,7 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
             if sf.inputs.get("ref") is not None:
                 in_types["ref"] = sf.inputs["ref"].type
             words = unit.configure(op, in_types, bindings=bindings)
-        elif u.cls in ("Map", "SelIndex"):
+        elif u.cls in ("Map", *INDEX_FUNCTIONS.values()):
             words = unit.configure({"fn": node.p("fn"), "n": node.p("n")}, in_types)
         elif u.cls in ("Accum", "Scan"):
             op = {k2: node.params.get(k2) for k2 in ("update", "init", "rank")}
