@@ -41,6 +41,12 @@ fabric:
   addresses already waiting at its input, as the RTL unit takes addresses
   while it has credits.
 
+The operators every fine-grained token passes through (random loads,
+broadcasts, flat maps, accumulators) run as fused loops here, the timed
+ports' reads inlined: the same port operations and results as their own
+code, with less interpreter work per token (``Model(fused=False)`` runs
+their own code).
+
 Data values are optional: with ``timing_only=True`` tiles are
 :class:`~step_hdl.functions.ShapeOnly` (sizes without values) so full-size
 models run without the arithmetic; indices and selectors keep their values
@@ -59,12 +65,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from step_hdl import ops
 from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, Memory, _bindings
 from step_hdl.mapper.tiling import physical_tiles, stream_tokens
-from step_hdl.process import Channel, Ports
+from step_hdl.process import Channel, Emitter, Ports, emit_block
+from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
 
 
@@ -97,7 +105,8 @@ DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512)}
 
 
 class Dram:
-    """Channel occupancy per transfer in O(channels), not per request (a logical tile may be megabytes).
+    """Channel occupancy per transfer in O(channels), not per request (a logical tile may be megabytes), and
+    in O(1) for a transfer that gives every channel the same share (a row of ``channels`` requests).
 
     A transfer of ``n`` requests starting at channel ``c0`` gives each channel
     its share; a channel issues one request per ``interval`` cycles from when it
@@ -106,12 +115,44 @@ class Dram:
     """
 
     def __init__(self, p: DramParams):
+        if p.interval < 0:
+            raise ValueError(f"DRAM interval must be >= 0 cycles, got {p.interval}")
         self.p = p
-        self.free = [0] * p.channels
         self.window_free = 0.0
         self.accept_free = 0
         self.bytes = 0
         self.last = 0
+        self._plans: dict = {}     # (bytes, first channel) -> _plan()
+        # channel free times, kept as max(floor, own[ch] + shift): a transfer over every channel with the
+        # same share moves all of them alike (floor and shift), in O(1)
+        self._floor = 0
+        self._shift = 0
+        self._own = [0] * p.channels
+        self._own_max = 0
+        self._request_bytes, self._channels, self._latency = p.request_bytes, p.channels, p.latency
+
+    @property
+    def free(self) -> list:
+        """When each channel can take its next request."""
+        return [max(self._floor, o + self._shift) for o in self._own]
+
+    def _plan(self, nbytes: int, c0: int) -> tuple:
+        """``(n, window, ((channel, occupancy, completion offset), ...), uniform)`` of a transfer: its
+        requests, the in-flight window it takes, and per channel with requests the cycles it keeps the
+        channel and when its last request completes, relative to the channel's start; ``uniform``:
+        ``(occupancy, completion offset)`` when every channel takes the same share."""
+        p = self.p
+        n = max(1, math.ceil(nbytes / p.request_bytes))
+        base, extra = divmod(n, p.channels)
+        plan = []
+        for ch in range(p.channels):
+            count = base + (1 if (ch - c0) % p.channels < extra else 0)
+            if count:
+                plan.append((ch, count * p.interval, (count - 1) * p.interval + p.latency))
+        uniform = (plan[0][1:] if len(plan) == p.channels and len({c[1] for c in plan}) == 1
+                   and plan[0][1] >= 0 else None)
+        out = self._plans[(nbytes, c0)] = (n, n * p.latency / p.inflight, tuple(plan), uniform)
+        return out
 
     def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1) -> int:
         """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
@@ -121,26 +162,56 @@ class Dram:
         ``latency + 1`` cycles after accepting it, so a transfer of many small tiles (4x4 int16: 32 B) is
         limited to one tile per cycle whatever the channels could do.
         """
-        p = self.p
-        accepted = max(now, self.accept_free)
+        accepted = self.accept_free
+        if now > accepted:
+            accepted = now
         self.accept_free = accepted + port_requests
-        n = max(1, math.ceil(nbytes / p.request_bytes))
-        c0 = (addr // p.request_bytes) % p.channels
-        base, extra = divmod(n, p.channels)
-        done = now
-        for ch in range(p.channels):
-            count = base + (1 if (ch - c0) % p.channels < extra else 0)
-            if not count:
-                continue
-            start = max(now, self.free[ch])
-            self.free[ch] = start + count * p.interval
-            done = max(done, start + (count - 1) * p.interval + p.latency)
+        plan = self._plans.get((nbytes, (addr // self._request_bytes) % self._channels))
+        if plan is None:
+            plan = self._plan(nbytes, (addr // self._request_bytes) % self._channels)
+        n, window, chans, uniform = plan
+        floor, shift = self._floor, self._shift
+        if uniform is not None:
+            occupancy, finish = uniform
+            start = self._own_max + shift
+            if floor > start:
+                start = floor
+            if now > start:
+                start = now
+            done = start + finish                               # the channel free last finishes last
+            if now > done:
+                done = now
+            self._floor = (floor if floor > now else now) + occupancy
+            self._shift = shift + occupancy
+        else:
+            own = self._own
+            done = now
+            for ch, occupancy, finish in chans:
+                start = own[ch] + shift
+                if floor > start:
+                    start = floor
+                if now > start:
+                    start = now
+                own[ch] = o = start + occupancy - shift
+                if o > self._own_max:
+                    self._own_max = o
+                if start + finish > done:
+                    done = start + finish
         # in-flight limit: at most `inflight` requests per `latency` cycles
-        start = max(float(now), self.window_free)
-        self.window_free = start + n * p.latency / p.inflight
-        done = max(done, math.ceil(self.window_free) + p.latency - 1, accepted + port_requests + p.latency)
+        start = self.window_free
+        if not start > now:
+            start = float(now)
+        self.window_free = start = start + window
+        latency = self._latency
+        t = math.ceil(start) + latency - 1
+        if t > done:
+            done = t
+        t = accepted + port_requests + latency
+        if t > done:
+            done = t
         self.bytes += nbytes
-        self.last = max(self.last, done)
+        if done > self.last:
+            self.last = done
         return done
 
 
@@ -174,6 +245,25 @@ class _Shape:
         self.shape = shape
 
 
+_new_shape_only = object.__new__
+
+
+class _LoadState:
+    """One load's DRAM requests: completion times of the tiles issued (``ready``), their physical tiles
+    not yet sent (``held``, summed in ``held_sum``), reads not yet issued (``pending``) and, for a random
+    load, requests issued ahead for addresses waiting at its input (``early``: (completion, pieces))."""
+
+    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor")
+
+    def __init__(self, ready: deque):
+        self.ready = ready
+        self.held: deque = deque()
+        self.held_sum = 0
+        self.pending: deque = deque()
+        self.early: deque = deque()
+        self.cursor = 0         # a random load: push count of the first input token prefetch has not looked at
+
+
 class TimedMemory(Memory):
     """Off-chip memory whose reads and writes go through the DRAM timing model.
 
@@ -195,10 +285,8 @@ class TimedMemory(Memory):
         self.real = set(self.arrays) if timing_only else set(graph.tensors)
         self.dram, self.timing_only, self.now = dram, timing_only, 0
         self.ready: dict[str, deque] = {}
-        self.pending: dict[str, deque] = {}
-        self.held: dict[str, deque] = {}
-        self.prefetched: dict[str, deque] = {}     # random loads: (completion, pieces) issued ahead
-        self._random_tiles: dict[str, tuple] = {}  # random loads: (tensor address, tile bytes, pieces)
+        self._loads: dict[str, _LoadState] = {}   # per load: its requests issued, held, pending
+        self._reads: dict[str, tuple] = {}         # per load: tensor and tile facts (read_info)
         self.base: dict[str, int] = {}
         addr = 0
         for name, spec in graph.tensors.items():
@@ -217,57 +305,72 @@ class TimedMemory(Memory):
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
-    def _pending_read(self, node, index, tr, tc):
-        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless
-        :meth:`prefetch` already issued it."""
-        spec = node.graph.tensors[node.p("tensor")]
-        nbytes = tr * tc * spec.dtype.bytes
-        early = self.prefetched.get(node.name)
-        if early:
-            done, pieces = early.popleft()
-            self.ready.setdefault(node.name, deque()).append(done)
-            self.held.setdefault(node.name, deque()).append(pieces)
-            return nbytes
-        self.pending.setdefault(node.name, deque()).append((self.base[spec.name] + index * nbytes, nbytes,
-                                                            self.pieces(tr, tc)))
-        return nbytes
+    def _load(self, name: str) -> "_LoadState":
+        st = self._loads.get(name)
+        if st is None:
+            st = self._loads[name] = _LoadState(self.ready.setdefault(name, deque()))
+        return st
 
-    def prefetch(self, node, queue, now: int, credits: int) -> None:
-        """Issue random-load reads for addresses already waiting at the unit's input.
+    def _read_info(self, node, arr, tr, tc) -> tuple:
+        """Per load, computed once: what :meth:`read_tile` needs of its tensor and tile."""
+        spec = node.graph.tensors[node.p("tensor")]
+        gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
+        info = (arr, tr, tc, gr * gc, self.base[spec.name], tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
+                self._load(node.name), spec.name in self.real, (int(tr), int(tc)), spec.dtype)
+        self._reads[node.name] = info
+        return info
+
+    def prefetcher(self, node, channel, credits: int):
+        """For random load ``node`` with input ``channel`` (a :class:`TimedChannel`, which counts its
+        pushes): a function that issues the reads of addresses already waiting at the unit's input, at
+        :attr:`now`.
 
         The RTL :class:`~step_hdl.units.memory.RandomOffChipLoad` turns each
         address into a request as it arrives, while it has a credit, whatever
         its output is doing; the interpreter's load reads one address per tile
-        sent. ``queue``: the unit's waiting input tokens; the first of its
-        addresses may have been issued already. Only the addresses that fit in
-        the free credits are looked at, so a long queue costs nothing.
+        sent. The first of the waiting addresses may have been issued already.
+        Only the addresses that fit in the free credits are looked at, and the
+        scan resumes where the last one stopped (the tokens before are stops
+        and addresses already issued, which the load takes first), so a long
+        queue costs nothing.
         """
-        shape = self._random_tiles.get(node.name)
-        if shape is None:
-            spec = node.graph.tensors[node.p("tensor")]
-            tile = node.tile_type()
-            tr, tc = int(tile.rows), int(tile.cols)
-            shape = self._random_tiles[node.name] = (self.base[spec.name], tr * tc * spec.dtype.bytes,
-                                                     self.pieces(tr, tc))
-        start, nbytes, pieces = shape
-        early = self.prefetched.setdefault(node.name, deque())
-        if pieces * (len(early) + 1) > credits:
-            return                      # the requests already issued ahead hold the credits (the usual case)
-        free = credits - sum(self.held.get(node.name, ())) - pieces * len(early)
-        if free < pieces:
-            return
-        skip, base = len(early), node.p("base")
-        for tok in queue:
-            if not tok.is_data:
-                continue
-            if skip:
-                skip -= 1
-                continue
-            index = base + int(tok.payload.flat[0])
-            early.append((self.dram.access(now, start + index * nbytes, nbytes, pieces), pieces))
-            free -= pieces
+        st = self._load(node.name)
+        early, queue, access = st.early, channel.queue, self.dram.access
+        start = nbytes = pieces = base = None    # the tensor's address, a tile's bytes and pieces: at first use
+
+        def prefetch() -> None:
+            nonlocal start, nbytes, pieces, base
+            if pieces is None:
+                spec = node.graph.tensors[node.p("tensor")]
+                tile = node.tile_type()
+                tr, tc = int(tile.rows), int(tile.cols)
+                start, nbytes, pieces, base = (self.base[spec.name], tr * tc * spec.dtype.bytes,
+                                               self.pieces(tr, tc), node.p("base"))
+            k = len(early)
+            if pieces * (k + 1) > credits:
+                return                  # the requests already issued ahead hold the credits (the usual case)
+            free = credits - st.held_sum - pieces * k
             if free < pieces:
-                break
+                return
+            n = len(queue)
+            front = channel.pushed - n  # push count of the token at the head of the queue
+            i = st.cursor - front
+            if i < 0:
+                i = 0
+            now = self.now
+            while i < n:
+                tok = queue[i]
+                i += 1
+                if tok.stop or tok.done:
+                    continue
+                index = base + int(tok.payload.item(0))
+                early.append((access(now, start + index * nbytes, nbytes, pieces), pieces))
+                free -= pieces
+                if free < pieces:
+                    break
+            st.cursor = front + i
+
+        return prefetch
 
     def issue(self, name: str, now: int, credits: int) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
@@ -281,30 +384,49 @@ class TimedMemory(Memory):
         leave, the following tiles are issued too while they fit in ``credits``
         physical tiles, not counting this one.
         """
-        ready = self.ready.setdefault(name, deque())
-        held = self.held.setdefault(name, deque())     # physical tiles of each issued tile not yet sent
-        pend = self.pending.get(name, ())
-
-        def send(now):
-            addr, nbytes, pieces = pend.popleft()
-            ready.append(self.dram.access(now, addr, nbytes, pieces))
-            held.append(pieces)
-
-        if not ready and pend:
-            send(now)
-        use = sum(held) - held[0]                      # ready[0]/held[0]: the tile leaving now
-        while pend and use + pend[0][2] <= credits:
-            use += pend[0][2]
-            send(now)
-        held.popleft()
+        st = self._loads.get(name)
+        if st is None:
+            st = self._load(name)
+        ready, held, pend = st.ready, st.held, st.pending   # held: physical tiles of each issued tile not yet sent
+        if pend:
+            access = self.dram.access
+            if not ready:
+                addr, nbytes, pieces = pend.popleft()
+                ready.append(access(now, addr, nbytes, pieces))
+                held.append(pieces)
+                st.held_sum += pieces
+            use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
+            while pend and use + pend[0][2] <= credits:
+                addr, nbytes, pieces = pend.popleft()
+                use += pieces
+                ready.append(access(now, addr, nbytes, pieces))
+                held.append(pieces)
+                st.held_sum += pieces
+        st.held_sum -= held.popleft()
         return ready.popleft()
 
     def read_tile(self, node, arr, index, tr, tc):
-        self._slot(node, arr, index, tr, tc)
-        nbytes = self._pending_read(node, index, tr, tc)
-        self.bytes_read[node.name] = self.bytes_read.get(node.name, 0) + nbytes
-        if node.p("tensor") not in self.real:
-            return ShapeOnly((tr, tc), node.graph.tensors[node.p("tensor")].dtype)
+        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless the
+        load's prefetch (:meth:`prefetcher`) already issued it."""
+        info = self._reads.get(node.name)
+        if info is None or info[0] is not arr or info[1] != tr or info[2] != tc:
+            info = self._read_info(node, arr, tr, tc)
+        limit, start, nbytes, pieces, st = info[3:8]
+        if not 0 <= index < limit:
+            self._slot(node, arr, index, tr, tc)        # raises: the index is outside the tensor
+        if st.early:
+            done, got = st.early.popleft()
+            st.ready.append(done)
+            st.held.append(got)
+            st.held_sum += got
+        else:
+            st.pending.append((start + index * nbytes, nbytes, pieces))
+        name = node.name
+        self.bytes_read[name] = self.bytes_read.get(name, 0) + nbytes
+        if not info[8]:
+            tile = _new_shape_only(ShapeOnly)
+            tile.shape, tile.dtype = info[9], info[10]
+            return tile
         rs, cs = self._slot(node, arr, index, tr, tc)
         return arr[rs, cs].copy()
 
@@ -338,13 +460,14 @@ class _Proc:
 
 
 class TimedChannel(Channel):
-    __slots__ = ("depth", "data_waiters", "space_waiters", "ends", "on_push")
+    __slots__ = ("depth", "data_waiters", "space_waiters", "ends", "on_push", "pushed")
 
     def __init__(self, name, depth):
         super().__init__(name, record=False)
         self.depth = depth
         self.ends: deque = deque()      # per queued token: when its last physical tile arrives
         self.on_push = None             # called after each push (a random load's address input)
+        self.pushed = 0                 # tokens pushed so far (counted where on_push is set)
         self.data_waiters: list = []
         self.space_waiters: list = []
 
@@ -360,22 +483,27 @@ class TimedPorts(Ports):
         self.first = None           # when the first input of the output being made was taken
         self.avail = 0              # when the last physical tile of those inputs has arrived
         self.whole = 0              # ... of those the unit needs whole before it starts (buffered operands)
+        kind = node.kind
+        self.router = kind in ROUTERS
+        self.load = kind in LOADS
+        self.random_load = kind == "RandomOffChipLoad"
+        self.random_store = kind == "RandomOffChipStore"
+        # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
+        self.plain = kind not in ("Map", "Accum", "Scan")
+        self.dyn = model._node_info(node)[2] if self.plain else False
+        self._costs: dict = {}      # a plain node: cost per payload shape
+        if self.random_load:
+            self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
 
     def get(self, port):
         ch = self.ins[port]
-        while not ch.queue:
+        queue = ch.queue
+        while not queue:
             yield ("data", (ch,))
-        tok = ch.queue.popleft()
-        end = ch.ends.popleft()
-        self.model.wake(ch.space_waiters)
-        if tok.is_data:
-            self.taken[port] = tok
-            self.first = self.model.now if self.first is None else self.first
-            self.avail = max(self.avail, end)
-            if port not in self.streamed:
-                self.whole = max(self.whole, end)
-        if tok.is_data and self.node.kind in ROUTERS and port == "sel":
-            yield ("delay", 1)          # the selector cycle
+        tok = queue.popleft()
+        _take(self, port, ch, tok, ch.ends.popleft())
+        if self.router and port == "sel" and not tok.stop and not tok.done:
+            yield ("delay", 1)              # the selector cycle
         return tok
 
     def peek(self, port):
@@ -393,6 +521,17 @@ class TimedPorts(Ports):
             yield ("data", tuple(chans))
 
     def _cost(self, tok) -> int:
+        if self.plain:
+            if tok.stop or tok.done:
+                return 1
+            payload = tok.payload
+            tp = type(payload)
+            if tp is ShapeOnly or tp is np.ndarray:     # the cost depends on the shape only
+                cycles = self._costs.get(payload.shape)
+                if cycles is None:
+                    cycles = self._costs[payload.shape] = max(1, self.model._tiles(payload, self.dyn))
+                return cycles
+            return max(1, self.model._tiles(payload, self.dyn))
         return self.model.cost(self.node, tok, self.taken)
 
     def _send_cycles(self, tok) -> int:
@@ -405,20 +544,22 @@ class TimedPorts(Ports):
         streamed, not after the one and then the other.
         """
         cost = self._cost(tok)
-        if tok.is_data and self.node.kind in LOADS:
-            mem, credits = self.ctx.memory, self.model.params.mem_inflight
-            ready = mem.issue(self.node.name, self.model.now, credits)
-            if self.node.kind == "RandomOffChipLoad":
-                self.prefetch()
-            cost = max(cost, ready - self.model.now)
+        if self.load and not tok.stop and not tok.done:
+            model = self.model
+            now = model.now
+            ready = self.ctx.memory.issue(self.node.name, now, model.params.mem_inflight)
+            if self.random_load:
+                self._prefetch()
+            if ready - now > cost:
+                cost = ready - now
         return cost
 
     def prefetch(self):
         """A random load: issue the requests of the addresses waiting at its input (as credits allow)."""
-        self.ctx.memory.prefetch(self.node, self.ins["addr"].queue, self.model.now, self.model.params.mem_inflight)
+        self._prefetch()
 
     def put(self, port, tok):
-        yield from self.put_all([port], tok, self._send_cycles(tok))
+        return self.put_all((port,), tok, self._send_cycles(tok))
 
     def put_all(self, ports, tok, cost=None):
         """Send ``tok`` on ``ports`` (a Broadcast's copies go out together).
@@ -433,33 +574,168 @@ class TimedPorts(Ports):
         last physical tile leaves, ``max(start + cost, streamed inputs' last
         tile + 1)``, and the unit stays busy until then.
         """
-        cost = self._cost(tok) if cost is None else cost
-        now = self.model.now
-        if tok.is_data and self.node.kind == "RandomOffChipStore":
+        if cost is None:
+            cost = self._cost(tok)
+        model = self.model
+        now = model.now
+        is_data = not tok.stop and not tok.done
+        if is_data and self.random_store:
             # the acknowledgement is ready when the write is done (``units.memory``: memory latency + 2);
             # writes are pipelined, so the store goes on while its consumer waits for that
             yield ("delay", cost)
             end = self.ctx.memory.ready[self.node.name].popleft() + 2
-        elif tok.is_data and self.cut_through:
+        elif is_data and self.cut_through:
             start = max(now if self.first is None else self.first, self.whole)
             end = max(start + cost, self.avail + 1, now + 1)
             yield ("delay", 1)
         else:
-            end = max(now, self.avail) + cost if tok.is_data else now + cost
+            if is_data and self.avail > now:
+                end = self.avail + cost
+            else:
+                end = now + cost
             yield ("delay", end - now)
+        outs = self.outs
         for port in ports:
-            ch = self.outs[port]
-            while len(ch.queue) >= ch.depth:
+            ch = outs[port]
+            queue = ch.queue
+            while len(queue) >= ch.depth:
                 yield ("space", ch)
-            ch.push(tok)
-            ch.ends.append(max(end, self.model.now))
-            self.model.wake(ch.data_waiters)
+            queue.append(tok)           # TimedChannel.push: nothing recorded
+            now = model.now
+            ch.ends.append(end if end > now else now)
+            if ch.data_waiters:
+                model.wake(ch.data_waiters)
             if ch.on_push is not None:
+                ch.pushed += 1
                 ch.on_push()
-        if self.model.now < end:
-            yield ("delay", end - self.model.now)
-        if tok.is_data:
+        now = model.now
+        if now < end:
+            yield ("delay", end - now)
+        if is_data:
             self.first, self.avail, self.whole = None, 0, 0
+
+
+# ----------------------------------------------------------------------------- fused operator loops
+
+# The operators that every KV row (or other fine-grained token) passes through run here with the timed
+# ports' ``get`` inlined: the same token behaviour as their ``run`` in ``step_hdl.ops`` (same port
+# operations in the same order, same yields), one generator level less per token. ``Model(fused=False)``
+# runs the operators' own code instead; tests/test_model.py checks both give identical results.
+
+def _take(io, port, ch, tok, end):
+    """What :meth:`TimedPorts.get` does with a token just taken from ``ch`` (the selector cycle aside)."""
+    if ch.space_waiters:
+        io.model.wake(ch.space_waiters)
+    if not tok.stop and not tok.done:
+        io.taken[port] = tok
+        if io.first is None:
+            io.first = io.model.now
+        if end > io.avail:
+            io.avail = end
+        if end > io.whole and port not in io.streamed:
+            io.whole = end
+
+
+def _run_random_load(node, io):
+    """``ops.RandomOffChipLoad.run``."""
+    arr, tr, tc = node.grid(io)
+    base, read, send = node.p("base"), io.ctx.memory.read_tile, io._send_cycles
+    ch = io.ins["addr"]
+    queue, ends, wait = ch.queue, ch.ends, ("data", (ch,))
+    out = ("out",)
+    while True:
+        while not queue:
+            yield wait
+        t = queue.popleft()
+        _take(io, "addr", ch, t, ends.popleft())
+        if t.stop == 0 and not t.done:
+            t = data(read(node, arr, base + int(t.payload.reshape(-1)[0]), tr, tc))
+        yield from io.put_all(out, t, send(t))
+        if t.done:
+            return
+
+
+def _run_broadcast(node, io):
+    """``ops.Broadcast.run``."""
+    outs = list(node.out_types)
+    ch = io.ins["in"]
+    queue, ends, wait = ch.queue, ch.ends, ("data", (ch,))
+    while True:
+        while not queue:
+            yield wait
+        t = queue.popleft()
+        _take(io, "in", ch, t, ends.popleft())
+        yield from io.put_all(outs, t)
+        if t.done:
+            return
+
+
+def _run_accum(node, io):
+    """``ops.Accum.run`` without kept dimensions."""
+    b = node.p("rank")
+    state = node.init_state(io)
+    ch = io.ins["in"]
+    queue, ends, wait = ch.queue, ch.ends, ("data", (ch,))
+    update = node.update
+    # packing value-less rows (timing-only runs): the shape that ``_Reduce.update`` (``apply_typed`` on
+    # ShapeOnly operands, ``retile_row``'s rule) gives, without the generic dispatch
+    pack = node.p("update").name == "retile_row" and isinstance(node._state, Tile)
+    dt = node._state.dtype if pack else None
+    while True:
+        while not queue:
+            yield wait
+        t = queue.popleft()
+        _take(io, "in", ch, t, ends.popleft())
+        if t.done:
+            yield from io.put("out", DONE)
+            return
+        if t.stop == 0:
+            x = t.payload
+            if pack and type(state) is ShapeOnly and type(x) is ShapeOnly:
+                packed = _new_shape_only(ShapeOnly)
+                packed.shape, packed.dtype = (state.shape[0] + x.shape[0], state.shape[1]), dt
+                state = packed
+            else:
+                state = update(state, x)
+        elif t.stop >= b:
+            yield from io.put("out", data(node.final(state, io)))
+            if t.stop > b:
+                yield from io.put("out", stop(t.stop - b))
+            state = node.init_state(io)
+
+
+def _run_flat_map(node, io):
+    """``ops.FlatMap.run``."""
+    f, q = node.p("fn"), node._q
+    em = Emitter(io, "out", "in")
+    ch = io.ins["in"]
+    queue, ends, wait = ch.queue, ch.ends, ("data", (ch,))
+    while True:
+        while not queue:
+            yield wait
+        t = queue.popleft()
+        _take(io, "in", ch, t, ends.popleft())
+        if t.done:
+            yield from em.done()
+            return
+        if t.stop:
+            yield from em.stop(t.stop + q)
+        else:
+            yield from emit_block(em, f.spec.apply(f, t.payload), q)
+            yield from em.element_done()
+
+
+def _fused(node):
+    """The fused loop for ``node``, or ``None`` to run its own code."""
+    if type(node) is ops.RandomOffChipLoad:
+        return _run_random_load
+    if type(node) is ops.Broadcast:
+        return _run_broadcast
+    if type(node) is ops.Accum and not node.p("keep"):
+        return _run_accum
+    if type(node) is ops.FlatMap:
+        return _run_flat_map
+    return None
 
 
 # ----------------------------------------------------------------------------- the simulator
@@ -484,8 +760,9 @@ class ModelResult:
 
 class Model:
     def __init__(self, graph: Graph, params: ModelParams, tensors=None, streams=None, bindings=None,
-                 timing_only: bool = True, depths: dict | None = None):
+                 timing_only: bool = True, depths: dict | None = None, fused: bool = True):
         graph.validate()
+        self.fused = fused          # run the hot operators' fused loops (same results, faster)
         self.graph, self.params = graph, params
         self.depths = depths
         bind = _bindings(graph, {} if timing_only else (tensors or {}), bindings or {})
@@ -515,6 +792,10 @@ class Model:
         tile moves at one per cycle like an int16 one. A tuple's items travel side
         by side in one token (``TupleFormat``); anything else (index, selector) is one token.
         """
+        tp = type(payload)
+        if tp is ShapeOnly or tp is np.ndarray:     # the common cases, without the checks below
+            shape = payload.shape
+            return stream_tokens(shape[0], shape[1], self.P, dynamic_rows) if len(shape) == 2 else 1
         if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
             return stream_tokens(payload.shape[0], payload.shape[1], self.P, dynamic_rows)
         if isinstance(payload, tuple) and payload:
@@ -634,24 +915,28 @@ class Model:
             if node.kind == "RandomOffChipLoad":
                 # the RTL unit takes an address and issues its request as it arrives, whatever its output is
                 # doing, while it has credits: its tracker holds up to mem_inflight of them
-                ins["addr"].on_push = proc.ports.prefetch
+                ins["addr"].on_push = proc.ports._prefetch
                 ins["addr"].depth = max(ins["addr"].depth, self.params.mem_inflight)
-            proc.gen = node.run(proc.ports)
+            run = _fused(node) if self.fused else None
+            proc.gen = run(node, proc.ports) if run is not None else node.run(proc.ports)
             procs.append(proc)
             self.schedule(proc, 0)
         events = 0
         live = len(procs)
-        while self.heap:
-            t, _, proc = heapq.heappop(self.heap)
-            if proc.gen is None or proc.state is not None:
+        heap, pop, push = self.heap, heapq.heappop, heapq.heappush
+        memory = self.memory
+        while heap:
+            t, _, proc = pop(heap)
+            gen = proc.gen
+            if gen is None or proc.state is not None:
                 continue
-            self.now = self.memory.now = t
+            self.now = memory.now = t        # the time stands while the process runs
             while True:
                 events += 1
                 try:
-                    cmd = next(proc.gen)
+                    cmd = next(gen)
                 except StopIteration:
-                    proc.gen, proc.finish = None, self.now
+                    proc.gen, proc.finish = None, t
                     live -= 1
                     break
                 except StepRuntimeError:
@@ -664,19 +949,20 @@ class Model:
                 kind, arg = cmd
                 if kind == "delay":
                     proc.busy += arg
-                    self.schedule(proc, self.now + arg)
+                    self.seq += 1
+                    push(heap, (t + arg, self.seq, proc))
                     break
                 if kind == "data":
-                    if any(ch.queue for ch in arg):
+                    if arg[0].queue if len(arg) == 1 else any(ch.queue for ch in arg):
                         continue
-                    proc.state = ("data", self.now)
+                    proc.state = ("data", t)
                     for ch in arg:
                         ch.data_waiters.append(proc)
                     break
                 if kind == "space":
                     if len(arg.queue) < arg.depth:
                         continue
-                    proc.state = ("space", self.now)
+                    proc.state = ("space", t)
                     arg.space_waiters.append(proc)
                     break
             if events > max_events:

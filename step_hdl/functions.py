@@ -708,8 +708,15 @@ class Range(FnSpec):
     def apply(self, f, a):
         vals = [int(v) for v in a.reshape(-1)]
         start, count = (vals[0], f.param("count")) if f.param("count") is not None else vals
-        # indices wrap at 32 bits, like affine and the hardware's int32 adders
-        return [wrap_int32(np.array([[start + f.param("step") * j]])) for j in range(count)]
+        if count <= 0:
+            return []
+        # indices wrap at 32 bits, like affine and the hardware's int32 adders (int64 arithmetic when it
+        # fits, in one numpy operation: a KV range is thousands of rows; Python integers otherwise)
+        step = f.param("step")
+        last = start + step * (count - 1)
+        if -2 ** 63 <= min(start, last) <= max(start, last) < 2 ** 63:
+            return list(wrap_int32(start + step * np.arange(count, dtype=np.int64)).reshape(count, 1, 1))
+        return [wrap_int32(np.array([[start + step * j]])) for j in range(count)]
 
 
 # --------------------------------------------------------------------------- applying with types

@@ -78,3 +78,88 @@ def test_result_reports_per_node_activity():
     node = d["nodes"]["gate_proj"]
     assert node["busy"] > 0 and node["finish"] <= r.cycles
     assert math.isclose(r.bandwidth_utilization, r.offchip_bytes / (r.cycles * 256), rel_tol=1e-9)
+
+
+def _same_result(a, b):
+    assert a.to_dict() == b.to_dict()
+    assert (a.bandwidth_utilization, a.compute_utilization) == (b.bandwidth_utilization, b.compute_utilization)
+    assert {k: repr(v) for k, v in a.outputs.items()} == {k: repr(v) for k, v in b.outputs.items()}
+    assert a.memory.keys() == b.memory.keys()
+    assert all(np.array_equal(a.memory[k], b.memory[k]) for k in a.memory)
+
+
+def test_fused_operator_loops_match_the_operators_own_code(routing):
+    """The model's fused loops (random load, broadcast, flat map, accum) are a speed-up only: every figure
+    is the same as with the operators' own code, in timing-only and data mode."""
+    from step_hdl.sim.model import Model
+    cases = []
+    for s in ("interleaved", "dynamic"):
+        w = gqa_decode([9, 2, 17, 5, 1, 12], kv_heads=2, group=4, head_dim=4, regions=2, strategy=s, dtype="int16")
+        cases.append((w, ModelParams(tile=4, dtype="int16"), True))
+        w = gqa_decode([9, 2, 17, 5, 1, 12], group=4, head_dim=8, regions=2, strategy=s)
+        cases.append((w, ModelParams(tile=4, dtype="fp32"), False))
+    r = routing("mixtral_b64")
+    for tiling, tile in (("static", 16), ("dynamic", None)):
+        w = moe(r, 8, hidden=32, inter=64, tile_inter=32, dtype="int16", tiling=tiling, tile=tile)
+        cases += [(w, P16, True), (w, P16, False)]
+    cases.append((swiglu(64, 256, 512, 16, 16, "int16"), P16, True))
+    for w, params, timing_only in cases:
+        runs = [Model(w.graph, params, w.tensors, w.streams, timing_only=timing_only, fused=f).run()
+                for f in (True, False)]
+        _same_result(*runs)
+
+
+def test_dram_channel_bookkeeping_matches_per_channel_reference():
+    """Dram keeps the channels' free times in O(1) for transfers over all channels; the same as one counter
+    per channel."""
+    import random
+    from step_hdl.sim.model import Dram
+
+    class Reference:
+        def __init__(self, p):
+            self.p, self.free, self.window_free, self.accept_free = p, [0] * p.channels, 0.0, 0
+
+        def access(self, now, addr, nbytes, port_requests):
+            p = self.p
+            accepted = max(now, self.accept_free)
+            self.accept_free = accepted + port_requests
+            n = max(1, math.ceil(nbytes / p.request_bytes))
+            c0 = (addr // p.request_bytes) % p.channels
+            base, extra = divmod(n, p.channels)
+            done = now
+            for ch in range(p.channels):
+                count = base + (1 if (ch - c0) % p.channels < extra else 0)
+                if count:
+                    start = max(now, self.free[ch])
+                    self.free[ch] = start + count * p.interval
+                    done = max(done, start + (count - 1) * p.interval + p.latency)
+            self.window_free = max(float(now), self.window_free) + n * p.latency / p.inflight
+            return max(done, math.ceil(self.window_free) + p.latency - 1, accepted + port_requests + p.latency)
+
+    for p in (DRAM_PRESETS["paper"], DramParams(4, 64, 64, 2, 512), DramParams(3, 32, 7, 0, 5),
+              DramParams(8, 64, 0, 1, 512), DramParams(2, 64, 5, 4, 1)):
+        rnd = random.Random(p.channels)
+        dram, ref = Dram(p), Reference(p)
+        now = 0
+        for _ in range(2000):
+            now += rnd.choice((0, 0, 1, 2, 5, 9, 40))
+            nbytes = rnd.choice((512, 512, 8, 32, 100, 4096, 64 * p.channels, 6144))
+            addr = rnd.randrange(1 << 20) * rnd.choice((1, 8, 64, 512))
+            reqs = rnd.choice((1, 3, 8))
+            assert dram.access(now, addr, nbytes, reqs) == ref.access(now, addr, nbytes, reqs)
+            assert dram.free == ref.free and dram.window_free == ref.window_free
+
+
+def test_range_builds_wrapped_int32_index_tiles():
+    """``range`` (vectorised: a KV range is thousands of rows) gives [1, 1] int32 tiles wrapped at 32 bits."""
+    from step_hdl.functions import fn
+    cases = [(fn("range"), [[5, 4]]), (fn("range", step=3), [[-7, 6]]), (fn("range"), [[2 ** 31 - 2, 5]]),
+             (fn("range", step=-2 ** 30), [[0, 7]]), (fn("range"), [[3, 0]]), (fn("range", count=5), [[9]]),
+             (fn("range", count=0), [[9]])]
+    for f, a in cases:
+        vals = [int(v) for v in np.array(a).reshape(-1)]
+        start, count = (vals[0], f.param("count")) if f.param("count") is not None else vals
+        want = [(start + f.param("step") * j + 2 ** 31) % 2 ** 32 - 2 ** 31 for j in range(max(count, 0))]
+        got = f.spec.apply(f, np.array(a, np.int32))
+        assert all(g.shape == (1, 1) and g.dtype == np.int32 for g in got)
+        assert [int(g[0, 0]) for g in got] == want
