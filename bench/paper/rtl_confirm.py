@@ -18,13 +18,20 @@ apart they are:
   region. Effect: slowdown of each shared configuration against dedicated
   regions (cycles / dedicated cycles).
 
+* ``dynamic-tiling``: the MoE layer on the real ``mixtral_b64`` routing trace
+  (8 experts, top-2, hidden 16, intermediate 32 in tiles of 16) with static
+  token tiles of ``--tiles`` rows (padded; the padding rows are computed and
+  dropped) against dynamic tiling (one ``[N_e, H]`` tile per expert). Effect:
+  each static tiling's cycles / dynamic's. Static tile sizes must not be
+  multiples of the physical tile (4): such tiles lower to row tiles like the
+  dynamic ones; ``P``-row packing is not lowered yet.
+
     python bench/paper/rtl_confirm.py parallelization [--trace 3] [--scale 64] [--json PATH]
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
+    python bench/paper/rtl_confirm.py dynamic-tiling [--tiles 3 6 10] [--json PATH]
 
-Dynamic tiling's RTL confirmation is the MoE layer with dynamic tiling
-(``bench/rtl_dynamic.py``); its static-tiling side (padded token tiles) does
-not lower to hardware yet. Each fabric's first Verilator build takes a few
-minutes (cached under ``~/.cache/step-hdl``).
+Each fabric's first Verilator build takes a few minutes (cached under
+``~/.cache/step-hdl``).
 """
 
 from __future__ import annotations
@@ -103,19 +110,38 @@ def time_multiplexing(args) -> tuple[dict, bool]:
             "effects": {f"slowdown {n}": effect(points, n, base) for n in points if n != base}}, ok
 
 
+def dynamic_tiling(args) -> tuple[dict, bool]:
+    from step_hdl.workloads.moe import moe
+    from step_hdl.workloads.traces import routing_trace
+    routing = routing_trace("mixtral_b64")
+    common = dict(hidden=16, inter=32, tile_inter=16, dtype="int16")
+    variants = {f"static {t}": moe(routing, 8, tiling="static", tile=t, **common) for t in args.tiles}
+    variants["dynamic"] = moe(routing, 8, tiling="dynamic", **common)
+    points, ok = measure(variants, args.backend, args.dram)
+    title = "MoE, mixtral_b64 (8 experts, top-2, 64 tokens), H=16 I=32 ti=16, 4x4 tiles, int16"
+    return {"study": "dynamic-tiling", "title": title, "points": points,
+            "effects": {f"{n} / dynamic": effect(points, n, "dynamic") for n in points if n != "dynamic"}}, ok
+
+
+STUDIES = {"parallelization": parallelization, "time-multiplexing": time_multiplexing,
+           "dynamic-tiling": dynamic_tiling}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("study", choices=("parallelization", "time-multiplexing"))
+    ap.add_argument("study", choices=tuple(STUDIES))
     ap.add_argument("--trace", type=int, default=3, help="parallelization: index into the sorted b16 KV traces")
     ap.add_argument("--scale", type=int, default=64, help="parallelization: divide the KV lengths by this")
     ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4],
                     help="time-multiplexing: experts per region (the first is the baseline)")
+    ap.add_argument("--tiles", type=int, nargs="+", default=[3, 6, 10],
+                    help="dynamic-tiling: static token-tile sizes (rows; not multiples of 4)")
     ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS))
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     try:
-        out, ok = (parallelization if args.study == "parallelization" else time_multiplexing)(args)
+        out, ok = STUDIES[args.study](args)
     except TraceNotFound as exc:
         print(f"skipped: {exc}", file=sys.stderr)
         return 0
