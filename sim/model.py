@@ -384,9 +384,7 @@ class TimedMemory(Memory):
         leave, the following tiles are issued too while they fit in ``credits``
         physical tiles, not counting this one.
         """
-        st = self._loads.get(name)
-        if st is None:
-            st = self._load(name)
+        st = self._load(name)
         ready, held, pend = st.ready, st.held, st.pending   # held: physical tiles of each issued tile not yet sent
         if pend:
             access = self.dram.access
@@ -553,10 +551,6 @@ class TimedPorts(Ports):
             if ready - now > cost:
                 cost = ready - now
         return cost
-
-    def prefetch(self):
-        """A random load: issue the requests of the addresses waiting at its input (as credits allow)."""
-        self._prefetch()
 
     def put(self, port, tok):
         return self.put_all((port,), tok, self._send_cycles(tok))
@@ -792,12 +786,9 @@ class Model:
         tile moves at one per cycle like an int16 one. A tuple's items travel side
         by side in one token (``TupleFormat``); anything else (index, selector) is one token.
         """
-        tp = type(payload)
-        if tp is ShapeOnly or tp is np.ndarray:     # the common cases, without the checks below
+        if isinstance(payload, (np.ndarray, ShapeOnly)):
             shape = payload.shape
             return stream_tokens(shape[0], shape[1], self.P, dynamic_rows) if len(shape) == 2 else 1
-        if isinstance(payload, (np.ndarray, ShapeOnly)) and hasattr(payload, "shape") and len(payload.shape) == 2:
-            return stream_tokens(payload.shape[0], payload.shape[1], self.P, dynamic_rows)
         if isinstance(payload, tuple) and payload:
             return max(self._tiles(p) for p in payload)
         return 1
