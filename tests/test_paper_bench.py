@@ -97,3 +97,25 @@ def test_spread_classes_cover_every_trace(kv_files):
     from step_hdl.workloads.traces import kv_stdev
     classes = {dp.spread_class(kv_stdev(p)) for b in (16, 64, 80) for p in kv_files(b)}
     assert classes == {"low", "medium", "high"}
+
+
+def test_rtl_confirm_reports_units_side_by_side():
+    """``rtl_confirm.measure`` on a tiny MoE (two experts, eight tokens, Amaranth): bit-exact, and beside the
+    cycles the off-chip bytes per cycle of both sides and, per unit that is one graph node, the RTL's
+    counters next to the model's cycles (what ``--units PREFIX`` prints)."""
+    import numpy as np
+
+    from step_hdl.workloads.moe import moe
+    rc = study("rtl_confirm")
+    w = moe(np.array([[0], [1], [1], [0], [1], [1], [0], [1]]), 2, hidden=8, inter=8, tile_inter=8, dtype="int16")
+    points, ok = rc.measure({"dynamic": w}, "amaranth", "paper")
+    assert ok
+    p = points["dynamic"]
+    assert p["offchip_bytes_per_cycle"]["rtl"] == round(p["rtl_offchip_bytes"] / p["rtl_cycles"], 2)
+    units = p["unit_cycles"]
+    assert {"combine", "e0_gate_proj", "e1_gate_proj", "load_x"} <= set(units)
+    for name in ("combine", "e1_gate_proj"):
+        c = units[name]
+        assert c["rtl_active"] > 0 and c["model_busy"] > 0
+        assert c["rtl_active"] + c["rtl_stalled"] <= p["rtl_cycles"]
+        assert c["model_busy"] + c["model_stalled"] + c["model_idle"] <= p["model_cycles"]

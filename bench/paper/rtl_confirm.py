@@ -30,6 +30,12 @@ apart they are:
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
     python bench/paper/rtl_confirm.py dynamic-tiling [--tiles 3 6 10] [--json PATH]
 
+Besides the cycles each point reports both sides' off-chip bytes per cycle and,
+per graph node that is one RTL unit of the same name, the RTL's active and
+stalled counters beside the model's busy, stalled and idle cycles
+(``--units PREFIX`` prints those of the units named ``PREFIX...``): where the
+model's cycles go wrong, they show which units it sees waiting differently.
+
 Each fabric's first Verilator build takes a few minutes (cached under
 ``~/.cache/step-hdl``).
 """
@@ -66,9 +72,35 @@ def measure(variants: dict, backend: str, dram_name: str) -> tuple[dict, bool]:
             "model_error_pct": round(100 * (m.cycles / res.cycles - 1), 2), "outputs_match": res.outputs_match,
             "rtl_offchip_bytes": res.offchip_bytes, "reference_offchip_bytes": prep.reference_bytes,
             "build_s": round(res.build_s, 1), "run_s": round(res.run_s, 2),
-            "model_s": round(time.perf_counter() - t0, 3)}
+            "model_s": round(time.perf_counter() - t0, 3),
+            "offchip_bytes_per_cycle": {"rtl": round(res.offchip_bytes / res.cycles, 2),
+                                        "model": round(m.offchip_bytes / m.cycles, 2)},
+            "unit_cycles": breakdown(prep.design, res, m)}
         ok &= res.outputs_match and res.offchip_bytes == prep.reference_bytes
     return points, ok
+
+
+def breakdown(design, res, m) -> dict:
+    """Per graph node that is one RTL unit of the same name: the RTL's counters (cycles with a transfer,
+    cycles stalled on a full output or an unaccepted memory request) beside the model's busy, stalled and
+    idle cycles. Where the model's cycles go wrong, this shows which units it sees waiting differently."""
+    out = {}
+    for u in design.units:
+        node = m.nodes.get(u.name)
+        if node is not None:
+            out[u.name] = {"rtl_active": res.counters[f"{u.name}.active"],
+                           "rtl_stalled": res.counters[f"{u.name}.stalled"],
+                           "model_busy": node["busy"], "model_stalled": node["stalled"], "model_idle": node["idle"]}
+    return out
+
+
+def print_units(points: dict, prefix: str) -> None:
+    for name, p in points.items():
+        print(f"  {name}: units starting with {prefix!r} (RTL active/stalled, model busy/stalled/idle)")
+        for u, c in p["unit_cycles"].items():
+            if u.startswith(prefix):
+                print(f"    {u:<24}{c['rtl_active']:>7,}{c['rtl_stalled']:>7,}   {c['model_busy']:>7,}"
+                      f"{c['model_stalled']:>7,}{c['model_idle']:>7,}")
 
 
 def effect(points: dict, num: str | list, den: str) -> dict:
@@ -139,6 +171,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS))
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--units", default=None, metavar="PREFIX",
+                    help="also print, per variant, the RTL's and the model's cycles of the units named PREFIX...")
     args = ap.parse_args(argv)
     try:
         out, ok = STUDIES[args.study](args)
@@ -146,10 +180,15 @@ def main(argv=None) -> int:
         print(f"skipped: {exc}", file=sys.stderr)
         return 0
     print(out["title"])
-    print(f"  {'variant':<14}{'units':>6}{'RTL cycles':>12}{'model':>9}{'error':>9}  match  off-chip B (ref)")
+    print(f"  {'variant':<14}{'units':>6}{'RTL cycles':>12}{'model':>9}{'error':>9}  match  off-chip B (ref)"
+          f"  B/cycle RTL, model")
     for s, p in out["points"].items():
+        bw = p["offchip_bytes_per_cycle"]
         print(f"  {s:<14}{p['units']:>6}{p['rtl_cycles']:>12,}{p['model_cycles']:>9,}{p['model_error_pct']:>+8.1f}%"
-              f"  {str(p['outputs_match']):<5}  {p['rtl_offchip_bytes']:,} ({p['reference_offchip_bytes']:,})")
+              f"  {str(p['outputs_match']):<5}  {p['rtl_offchip_bytes']:,} ({p['reference_offchip_bytes']:,})"
+              f"  {bw['rtl']:.1f}, {bw['model']:.1f}")
+    if args.units is not None:
+        print_units(out["points"], args.units)
     for name, e in out["effects"].items():
         print(f"  {name}: RTL {e['rtl']:.3f}x, model {e['model']:.3f}x (model/RTL {e['gap_pct']:+.1f} %, "
               f"{'same' if e['same_direction'] else 'OPPOSITE'} direction)")
