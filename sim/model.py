@@ -100,8 +100,14 @@ class DramParams:
         return self.channels * self.request_bytes / self.interval
 
 
-#: the STeP paper's validation setup: 8 channels, 64-byte requests, one request per channel every 2 cycles
-DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512)}
+#: ``paper``: the STeP paper's validation setup: 8 channels, 64-byte requests, one request per channel every
+#: 2 cycles. ``paper-interval1``: the same with a request per channel every cycle. With it no request waits
+#: for a busy channel, so the RTL DRAM model's in-order issue (``sim.dram``: a request held up by its channel
+#: holds up every request behind it, on every port) never costs anything and it times requests as this
+#: model's :class:`Dram` does (each channel on its own). At reduced size that matters: two 32-byte 4x4 tiles,
+#: or a few rows of a narrow tensor, share one 64-byte block, so at ``paper`` consecutive requests often
+#: wait for a channel (docs/study-dynamic-tiling.md).
+DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512), "paper-interval1": DramParams(8, 64, 64, 1, 512)}
 
 
 class Dram:

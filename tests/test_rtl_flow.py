@@ -244,20 +244,26 @@ def test_moe_static_tiling_small_on_amaranth():
 
 @pytest.mark.slow
 def test_moe_static_against_dynamic_tiling_mixtral_b64_on_verilator(routing):
-    """Dynamic tiling's RTL side (as ``bench/paper/rtl_confirm.py dynamic-tiling``): static token tiles of 3
-    and 10 rows and dynamic tiles on the real b64 routing (H=16, I=32), bit-exact, with the symbolic
-    off-chip bytes; dynamic tiling is the faster in RTL (the model does not agree at this size: it is not
-    asserted here, the script prints it)."""
+    """Dynamic tiling's RTL confirmation (as ``bench/paper/rtl_confirm.py dynamic-tiling``): static token
+    tiles of 3 and 10 rows and dynamic tiles on the real b64 routing (H=16, I=32), DRAM preset
+    ``paper-interval1``, bit-exact, with the symbolic off-chip bytes; dynamic tiling is the faster in RTL,
+    and the model's static-3 / dynamic ratio is within 10 % of the RTL's (static 10's is not: the model does
+    not see its expert pipelines block each other, docs/study-dynamic-tiling.md)."""
+    from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
     from step_hdl.workloads.moe import moe
-    cycles = {}
+    rtl, model = {}, {}
     for tile in (3, 10, None):
         w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16",
                 tiling="static" if tile else "dynamic", tile=tile)
         prep = prepare(w, 4)
-        res = run(prep, "verilator")
+        res = run(prep, "verilator", "paper-interval1")
         _moe_checks(w, prep, res)
-        cycles[tile] = res.cycles
-    assert cycles[3] > cycles[None] and cycles[10] > cycles[None], cycles
+        rtl[tile] = res.cycles
+        model[tile] = simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS["paper-interval1"]),
+                               w.tensors, w.streams, timing_only=True).cycles
+    assert rtl[3] > rtl[None] and rtl[10] > rtl[None], rtl
+    effect_rtl, effect_model = rtl[3] / rtl[None], model[3] / model[None]
+    assert effect_model > 1 and abs(effect_model / effect_rtl - 1) <= 0.10, (rtl, model)
 
 
 def test_moe_time_multiplexed_small_on_amaranth():
