@@ -33,6 +33,7 @@ apart they are:
     python bench/paper/rtl_confirm.py parallelization [--trace 3] [--scale 64] [--json PATH]
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
     python bench/paper/rtl_confirm.py dynamic-tiling [--tiles 3 6 10] [--json PATH]
+    ... [--dram paper|paper-interval1] [--units PREFIX] [--backend verilator|icarus|amaranth]
 
 Besides the cycles each point reports both sides' off-chip bytes per cycle and,
 per graph node that is one RTL unit of the same name, the RTL's active and
