@@ -211,14 +211,19 @@ def test_moe_dynamic_tiling_mixtral_b64_on_verilator(routing):
     _model_within(w, res)
 
 
-def _model_within(w, res, tolerance=0.10):
-    """The approximate model (timing only, user-level graph) predicts the RTL's cycles within ``tolerance``;
-    returns the model's cycles."""
+def _model_cycles(w, dram="paper") -> int:
+    """The approximate model's cycles (timing only, user-level graph) on the RTL runs' fabric: 4x4 int16
+    tiles, DRAM preset ``dram``."""
     from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
-    m = simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS["paper"]), w.tensors, w.streams,
-                 timing_only=True)
-    assert abs(m.cycles / res.cycles - 1) <= tolerance, (m.cycles, res.cycles)
-    return m.cycles
+    return simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS[dram]), w.tensors, w.streams,
+                    timing_only=True).cycles
+
+
+def _model_within(w, res, tolerance=0.10):
+    """The approximate model predicts the RTL's cycles within ``tolerance``; returns the model's cycles."""
+    cycles = _model_cycles(w)
+    assert abs(cycles / res.cycles - 1) <= tolerance, (cycles, res.cycles)
+    return cycles
 
 
 def _moe_small_on_amaranth(unit_class, tolerance=0.10, **kw):
@@ -249,7 +254,6 @@ def test_moe_static_against_dynamic_tiling_mixtral_b64_on_verilator(routing):
     ``paper-interval1``, bit-exact, with the symbolic off-chip bytes; dynamic tiling is the faster in RTL,
     and the model's static-3 / dynamic ratio is within 10 % of the RTL's (static 10's is not: the model does
     not see its expert pipelines block each other, docs/study-dynamic-tiling.md)."""
-    from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
     from step_hdl.workloads.moe import moe
     rtl, model = {}, {}
     for tile in (3, 10, None):
@@ -259,8 +263,7 @@ def test_moe_static_against_dynamic_tiling_mixtral_b64_on_verilator(routing):
         res = run(prep, "verilator", "paper-interval1")
         _moe_checks(w, prep, res)
         rtl[tile] = res.cycles
-        model[tile] = simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS["paper-interval1"]),
-                               w.tensors, w.streams, timing_only=True).cycles
+        model[tile] = _model_cycles(w, "paper-interval1")
     assert rtl[3] > rtl[None] and rtl[10] > rtl[None], rtl
     effect_rtl, effect_model = rtl[3] / rtl[None], model[3] / model[None]
     assert effect_model > 1 and abs(effect_model / effect_rtl - 1) <= 0.10, (rtl, model)
@@ -278,7 +281,6 @@ def test_moe_time_multiplexing_mixtral_b64_on_verilator(routing):
     on the real b64 routing trace, 1, 2 and 4 of them per region, bit-exact; the model's slowdown of each
     shared configuration against dedicated regions within 10 % of the RTL's (its absolute cycles are
     13-22 % low at this hidden size of 4)."""
-    from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
     from step_hdl.workloads.moe import moe
     rtl, model = {}, {}
     for group in (1, 2, 4):
@@ -288,8 +290,7 @@ def test_moe_time_multiplexing_mixtral_b64_on_verilator(routing):
         res = run(prep, "verilator")
         _moe_checks(w, prep, res)
         rtl[group] = res.cycles
-        model[group] = simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS["paper"]),
-                                w.tensors, w.streams, timing_only=True).cycles
+        model[group] = _model_cycles(w)
     for group in (2, 4):
         slow_rtl, slow_model = rtl[group] / rtl[1], model[group] / model[1]
         assert slow_rtl > 1 and slow_model > 1
