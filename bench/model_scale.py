@@ -52,7 +52,7 @@ def gqa_runs(quick: bool):
 
 
 def main(argv=None) -> int:
-    from step_hdl.sim.model import ModelParams, simulate
+    from step_hdl.flow import model_params, simulate
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--quick", action="store_true", help="one MoE trace and one KV batch size")
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     for name, dt, build in list(moe_runs(args.quick)) + list(gqa_runs(args.quick)):
         t0 = time.perf_counter()
         g, tensors, streams = build()
-        res = simulate(g, ModelParams(tile=args.tile, dtype=dt), tensors, streams)
+        res = simulate(g, model_params(args.tile, "paper", dt), tensors, streams)
         wall = time.perf_counter() - t0
         records.append({"run": name, "cycles": res.cycles, "offchip_bytes": res.offchip_bytes,
                         "bandwidth_utilization": round(res.bandwidth_utilization, 4), "wall_s": round(wall, 2)})

@@ -17,8 +17,7 @@ import json
 import sys
 import time
 
-from step_hdl.sim.fabric import prepare, run, shared_fabric
-from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
+from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl as run, shared_fabric
 from step_hdl.workloads import swiglu
 
 TILE_B = (16, 32, 64)
@@ -34,7 +33,6 @@ def main(argv=None) -> int:
     pts = [(tb, ti) for tb in TILE_B for ti in TILE_INTER]
     ws = [swiglu(64, 256, 512, tb, ti, "int16") for tb, ti in pts]
     fab = shared_fabric(ws, 16)
-    params = ModelParams(tile=16, dtype="int16", dram=dram)
     rows, build_s = [], 0.0
     print(f"{'tile_b':>6} {'tile_i':>6} {'rtl cycles':>10} {'model cyc':>10} {'rtl s':>7} {'model s':>8} {'ratio':>7}")
     for (tb, ti), w in zip(pts, ws):
@@ -42,7 +40,7 @@ def main(argv=None) -> int:
         res = run(prep, args.backend, dram)
         build_s += res.build_s
         t0 = time.perf_counter()
-        m = simulate(w.graph, params, w.tensors, w.streams, timing_only=True)
+        m = model(w, fab, dram)
         model_s = time.perf_counter() - t0
         rows.append({"tile_b": tb, "tile_inter": ti, "rtl_cycles": res.cycles, "model_cycles": m.cycles,
                      "rtl_s": round(res.wall_s, 3), "model_s": round(model_s, 4),

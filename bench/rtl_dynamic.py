@@ -23,8 +23,7 @@ import sys
 import time
 
 from step_hdl.metrics import metrics
-from step_hdl.sim.fabric import prepare, run
-from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
+from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl as run
 from step_hdl.workloads.moe import moe
 from step_hdl.workloads.traces import TraceNotFound, model_of, routing_trace
 
@@ -56,8 +55,7 @@ def main(argv=None) -> int:
     res = run(prep, args.backend, args.dram, progress=True)
     dram = DRAM_PRESETS[args.dram]
     t0 = time.perf_counter()
-    m = simulate(w.graph, ModelParams(tile=args.phys_tile, dtype="int16", dram=dram), w.tensors, w.streams,
-                 timing_only=True)
+    m = model(w, prep.design.fabric, dram)
     model_s = time.perf_counter() - t0
     sym = int(metrics(w.graph).subs(w.subs).offchip_bytes)
     out = {"trace": args.trace, "tokens": len(routing), "hidden": args.hidden, "inter": args.inter,

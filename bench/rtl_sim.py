@@ -24,8 +24,8 @@ import sys
 import time
 
 from step_hdl.metrics import metrics
-from step_hdl.sim.fabric import prepare, run, shared_fabric, verilog_for
-from step_hdl.sim.model import DRAM_PRESETS
+from step_hdl.flow import DRAM_PRESETS, prepare, run_rtl as run, shared_fabric
+from step_hdl.sim.fabric import verilog_for
 from step_hdl.workloads import swiglu
 
 PAPER = (64, 256, 512)

@@ -82,7 +82,7 @@ def _params_json(unit) -> dict:
 
 def swiglu_prepared(tile: int = 4, dtype: str = "int8"):
     import argparse as ap
-    from step_hdl.sim.fabric import prepare
+    from step_hdl.mapper.prepare import prepare
     from step_hdl.workloads.registry import build
     return prepare(build("swiglu", ap.Namespace(**SWIGLU, dtype=dtype)), tile)
 

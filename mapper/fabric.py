@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from step_hdl.errors import StepError
-from step_hdl.types import DTYPES, dyn
+from step_hdl.types import DTYPES, concrete, dyn, substitute
 
 #: operator kinds that need no hardware unit of their own
 NO_UNIT = {"Output", "Feedback"}
@@ -140,15 +140,14 @@ def needed_units(graph) -> dict[str, int]:
     return need
 
 
-def _static(expr, bindings, what):
-    import sympy
-    v = sympy.sympify(expr)
-    # by name: the graph's dimension symbols carry assumptions that a plain name would not match
-    names = {str(k): val for k, val in (bindings or {}).items()}
-    v = v.subs({sym: names[sym.name] for sym in v.free_symbols if sym.name in names})
-    if not v.is_Integer:
-        raise FabricError(f"{what} is {v}, not a static size; pass bindings for the dynamic sizes")
-    return int(v)
+def static_size(expr, bindings, what) -> int:
+    """``expr``'s value under ``bindings`` (:func:`step_hdl.types.concrete`), or a :class:`FabricError`
+    naming ``what``."""
+    v = concrete(expr, bindings)
+    if v is None:
+        raise FabricError(f"{what} is {substitute(expr, bindings)}, not a static size; pass bindings for the "
+                          f"dynamic sizes")
+    return v
 
 
 def _per_buffer(dim, bindings):
@@ -173,10 +172,10 @@ def sram_entries(graph, bindings=None) -> int:
         if node.kind != "Bufferize":
             continue
         shape = [_per_buffer(d, bindings) for d in node.out_types["out"].dtype.shape]
-        n = _static(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
+        n = static_size(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
         users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
         if not any(u.params.get("read_shape") for u in users):
-            n += _static(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
+            n += static_size(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
         need = max(need, n)
     return need
 
@@ -188,7 +187,7 @@ def keep_positions(graph, bindings=None) -> int:
         keep = node.params.get("keep") if node.kind == "Accum" else 0
         if keep:
             shape = node.t("in").shape
-            need = max(need, _static(sympy_prod(shape[len(shape) - keep:]), bindings,
+            need = max(need, static_size(sympy_prod(shape[len(shape) - keep:]), bindings,
                                      f"Accum '{node.name}' positions"))
     return need
 

@@ -9,13 +9,16 @@ every token the long path has not yet answered, or the fabric deadlocks. :func:`
 those edges and sizes them to hold their whole stream (elements plus one stop
 per element plus done), a safe bound; where that size is dynamic the edge gets
 ``unbounded`` depth and a note, to be sized from a simulation.
+
+:func:`edge_depth` is the depth an edge is built with: the safe bound is
+structural only up to the fabric's ``max_fifo_depth``. The plan (``mapper.top``)
+and the approximate model (``sim.model``) both take their FIFO depths from it.
 """
 
 from __future__ import annotations
 
-import sympy
-
 from step_hdl.graph import Graph
+from step_hdl.types import concrete
 
 UNBOUNDED = 1 << 30
 
@@ -50,6 +53,23 @@ def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) ->
             others = set().union(*(r for l2, r in reach.items() if l2 != label))
             if mine & others:
                 st = node.out_types[label.split(".")[1]]
-                n = sympy.sympify(2 * st.elements + 1).subs(bindings or {})
-                depths[label] = max(default, int(n)) if n.is_Integer else UNBOUNDED
+                n = concrete(2 * st.elements + 1, bindings)
+                depths[label] = max(default, n) if n is not None else UNBOUNDED
     return depths
+
+
+def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int) -> int:
+    """The depth an edge's FIFO is built with, from its safe depth (:func:`fifo_depths`).
+
+    An ordinary edge gets the fabric's ``fifo_depth``; a reconvergent fan-out (safe depth above it) gets
+    the fabric's deep FIFO, ``max_fifo_depth``, whatever its safe depth: one depth for every program, so a
+    sweep shares the build. Its safe depth may be more, which the mapping report notes and the watchdog
+    catches if the paths really are unbalanced.
+    """
+    return max_fifo_depth if safe > fifo_depth else fifo_depth
+
+
+def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
+    """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
+    return {label: edge_depth(safe, fifo_depth, max_fifo_depth)
+            for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}

@@ -50,8 +50,8 @@ from step_hdl.types import Index, Tile, dtype as make_dtype
 from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
 
-from .fabric import Fabric, FabricError, _static
-from .fifo import UNBOUNDED, fifo_depths
+from .fabric import Fabric, FabricError, static_size
+from .fifo import UNBOUNDED, edge_depth, fifo_depths
 
 #: top-level configuration port: 8 register address bits below the unit index
 #: address bits of a top-level configuration write: 16 bits of unit index (a fabric of thousands of units)
@@ -400,10 +400,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
                               f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
                               f"({dfmt.payload}, max_rank {dfmt.max_rank})")
-        # a reconvergent fan-out gets the fabric's deep FIFO (structural: one depth for every program, so a
-        # sweep shares the build); its safe depth (the whole stream) may be more, which the mapping report
-        # notes and the watchdog catches if the paths really are unbalanced
-        d = fabric.max_fifo_depth if depths[ref.label] > fabric.fifo_depth else fabric.fifo_depth
+        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth)
         if depths[ref.label] > d:
             notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
                          f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "
@@ -469,7 +466,7 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None, ma
     order = list(tensor_order or graph.tensors)
     for tname in order:
         spec = graph.tensors[tname]
-        rows, cols = (_static(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
+        rows, cols = (static_size(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
         pr, pc = tiles.setdefault(tname, (fab.tile, fab.tile))
         if rows % pr or cols % pc:
             raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "

@@ -116,9 +116,11 @@ def load_rtl_points(path) -> list[dict]:
 
 def swiglu_model_fn(size=PAPER_SWIGLU, tile: int = 16, dram: str = "paper", dtype: str = "int16"):
     """``point -> model cycles`` for SwiGLU of ``size`` (B, H, I) on ``tile x tile`` physical tiles."""
-    from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
+    from step_hdl.mapper.fabric import Fabric
+    from step_hdl.sim.model import ModelParams, simulate
     from step_hdl.workloads import swiglu
-    params = ModelParams(tile=tile, dtype=dtype, dram=DRAM_PRESETS[dram])
+    # the timing parameters of the fabric the RTL sweep is built on (shared_fabric keeps Fabric's defaults)
+    params = ModelParams.from_fabric(Fabric(tile=tile, dtype=dtype), dram)
 
     def fn(p):
         w = swiglu(*size, int(p["tile_b"]), int(p["tile_inter"]), dtype)
@@ -135,7 +137,8 @@ def paper_points(size=PAPER_SWIGLU, tile: int = 16) -> list[tuple[int, int]]:
 def run_rtl_sweep(size=PAPER_SWIGLU, tile: int = 16, backend: str = "verilator", dram: str = "paper",
                   progress=None) -> list[dict]:
     """Run every sweep point in RTL on one shared build; points as :func:`load_rtl_points` returns them."""
-    from step_hdl.sim.fabric import prepare, run, shared_fabric
+    from step_hdl.mapper.prepare import prepare, shared_fabric
+    from step_hdl.sim.fabric import run
     from step_hdl.workloads import swiglu
     pts = paper_points(size, tile)
     ws = [swiglu(*size, tb, ti, "int16") for tb, ti in pts]

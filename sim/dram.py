@@ -1,7 +1,7 @@
 """A simulation-only DRAM model with channels, latency, bandwidth and an in-flight limit.
 
 :class:`DramModel` serves several memory ports (:mod:`step_hdl.units.memport`)
-from one word array, with the timing of :class:`step_hdl.sim.model.DramParams`
+from one word array, with the timing of :class:`step_hdl.sim.dram_timing.DramParams`
 (the approximate model's :class:`~step_hdl.sim.model.Dram` uses the same
 parameters with the same meaning). It is meant for long fabric-level runs: the
 workload's tensors are loaded through a backdoor, the run needs no per-cycle
@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 from step_hdl.units.memport import MemPortShape, MemPortSignature, request_layout
 from step_hdl.units.params import ParamError, positive
 
-from .model import DramParams
+from .dram_timing import DramParams
 
 __all__ = ["MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
 

@@ -59,7 +59,6 @@ blocked channels.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -70,165 +69,25 @@ from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, Memory, _bindings
+from step_hdl.mapper.fifo import capped_depths
 from step_hdl.mapper.tiling import physical_tiles, stream_tokens
 from step_hdl.process import Channel, Emitter, Ports, emit_block
 from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
 
-
-# ----------------------------------------------------------------------------- DRAM
-
-@dataclass(frozen=True)
-class DramParams:
-    """Off-chip memory timing, shared with the RTL DRAM model.
-
-    ``channels`` independent channels; a request moves ``request_bytes``; each
-    channel accepts a new request every ``interval`` cycles; a request completes
-    ``latency`` cycles after it is accepted; at most ``inflight`` requests are
-    outstanding. Consecutive ``request_bytes`` blocks of the address space
-    interleave over the channels.
-    """
-
-    channels: int = 8
-    request_bytes: int = 64
-    latency: int = 64
-    interval: int = 2
-    inflight: int = 512
-
-    @property
-    def peak_bytes_per_cycle(self) -> float:
-        return self.channels * self.request_bytes / self.interval
-
-
-#: ``paper``: the STeP paper's validation setup: 8 channels, 64-byte requests, one request per channel every
-#: 2 cycles. ``paper-interval1``: the same with a request per channel every cycle. With it no request waits
-#: for a busy channel, so the RTL DRAM model's in-order issue (``sim.dram``: a request held up by its channel
-#: holds up every request behind it, on every port) never costs anything and it times requests as this
-#: model's :class:`Dram` does (each channel on its own). At reduced size that matters: two 32-byte 4x4 tiles,
-#: or a few rows of a narrow tensor, share one 64-byte block, so at ``paper`` consecutive requests often
-#: wait for a channel (docs/study-dynamic-tiling.md).
-DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512), "paper-interval1": DramParams(8, 64, 64, 1, 512)}
-
-
-class Dram:
-    """Channel occupancy per transfer in O(channels), not per request (a logical tile may be megabytes), and
-    in O(1) for a transfer that gives every channel the same share (a row of ``channels`` requests).
-
-    A transfer of ``n`` requests starting at channel ``c0`` gives each channel
-    its share; a channel issues one request per ``interval`` cycles from when it
-    is free; a request completes ``latency`` cycles after issue. The in-flight
-    limit caps the rate at ``inflight / latency`` requests per cycle.
-    """
-
-    def __init__(self, p: DramParams):
-        if p.interval < 0:
-            raise ValueError(f"DRAM interval must be >= 0 cycles, got {p.interval}")
-        self.p = p
-        self.window_free = 0.0
-        self.accept_free = 0
-        self.bytes = 0
-        self.last = 0
-        self._plans: dict = {}     # (bytes, first channel) -> _plan()
-        # channel free times, kept as max(floor, own[ch] + shift): a transfer over every channel with the
-        # same share moves all of them alike (floor and shift), in O(1)
-        self._floor = 0
-        self._shift = 0
-        self._own = [0] * p.channels
-        self._own_max = 0
-        self._request_bytes, self._channels, self._latency = p.request_bytes, p.channels, p.latency
-
-    @property
-    def free(self) -> list:
-        """When each channel can take its next request."""
-        return [max(self._floor, o + self._shift) for o in self._own]
-
-    def _plan(self, nbytes: int, c0: int) -> tuple:
-        """``(n, window, ((channel, occupancy, completion offset), ...), uniform)`` of a transfer: its
-        requests, the in-flight window it takes, and per channel with requests the cycles it keeps the
-        channel and when its last request completes, relative to the channel's start; ``uniform``:
-        ``(occupancy, completion offset)`` when every channel takes the same share."""
-        p = self.p
-        n = max(1, math.ceil(nbytes / p.request_bytes))
-        base, extra = divmod(n, p.channels)
-        plan = []
-        for ch in range(p.channels):
-            count = base + (1 if (ch - c0) % p.channels < extra else 0)
-            if count:
-                plan.append((ch, count * p.interval, (count - 1) * p.interval + p.latency))
-        uniform = (plan[0][1:] if len(plan) == p.channels and len({c[1] for c in plan}) == 1
-                   and plan[0][1] >= 0 else None)
-        out = self._plans[(nbytes, c0)] = (n, n * p.latency / p.inflight, tuple(plan), uniform)
-        return out
-
-    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1) -> int:
-        """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
-
-        ``port_requests``: memory-port requests the transfer takes (one per physical tile). The RTL DRAM
-        model (``sim.dram``) accepts one port request per cycle over all ports and answers a request
-        ``latency + 1`` cycles after accepting it, so a transfer of many small tiles (4x4 int16: 32 B) is
-        limited to one tile per cycle whatever the channels could do.
-        """
-        accepted = self.accept_free
-        if now > accepted:
-            accepted = now
-        self.accept_free = accepted + port_requests
-        plan = self._plans.get((nbytes, (addr // self._request_bytes) % self._channels))
-        if plan is None:
-            plan = self._plan(nbytes, (addr // self._request_bytes) % self._channels)
-        n, window, chans, uniform = plan
-        floor, shift = self._floor, self._shift
-        if uniform is not None:
-            occupancy, finish = uniform
-            start = self._own_max + shift
-            if floor > start:
-                start = floor
-            if now > start:
-                start = now
-            done = start + finish                               # the channel free last finishes last
-            if now > done:
-                done = now
-            self._floor = (floor if floor > now else now) + occupancy
-            self._shift = shift + occupancy
-        else:
-            own = self._own
-            done = now
-            for ch, occupancy, finish in chans:
-                start = own[ch] + shift
-                if floor > start:
-                    start = floor
-                if now > start:
-                    start = now
-                own[ch] = o = start + occupancy - shift
-                if o > self._own_max:
-                    self._own_max = o
-                if start + finish > done:
-                    done = start + finish
-        # in-flight limit: at most `inflight` requests per `latency` cycles
-        start = self.window_free
-        if not start > now:
-            start = float(now)
-        self.window_free = start = start + window
-        latency = self._latency
-        t = math.ceil(start) + latency - 1
-        if t > done:
-            done = t
-        t = accepted + port_requests + latency
-        if t > done:
-            done = t
-        self.bytes += nbytes
-        if done > self.last:
-            self.last = done
-        return done
+from .dram_timing import DRAM_PRESETS, Dram, DramParams
 
 
 # ----------------------------------------------------------------------------- parameters
 
 @dataclass(frozen=True)
 class ModelParams:
-    """What the model needs of a fabric: physical tile, element type, FIFO depth, DRAM.
+    """What the model needs of a fabric: physical tile, element type, FIFO depths, memory credits, DRAM.
 
-    ``mem_inflight`` is the physical-tile requests each off-chip load keeps in
-    flight (``mapper.fabric.FabricParams.mem_inflight``).
+    Build it from the fabric the RTL runs on with :meth:`from_fabric`, so both time the same hardware:
+    ``fifo_depth`` and ``max_fifo_depth`` size every edge by :func:`step_hdl.mapper.fifo.edge_depth` as the
+    plan does, and ``mem_inflight`` is the physical-tile requests each off-chip load keeps in flight
+    (:attr:`step_hdl.mapper.fabric.Fabric.mem_inflight`).
     """
 
     tile: int = 16
@@ -236,6 +95,18 @@ class ModelParams:
     fifo_depth: int = 2
     mem_inflight: int = 32
     dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
+    max_fifo_depth: int = 64
+
+    @classmethod
+    def from_fabric(cls, fabric, dram: DramParams | str = "paper") -> "ModelParams":
+        """The parameters of ``fabric`` (a :class:`~step_hdl.mapper.fabric.Fabric`) with the DRAM of ``dram``
+        (a :class:`DramParams` or a preset name of :data:`DRAM_PRESETS`)."""
+        if isinstance(dram, str):
+            if dram not in DRAM_PRESETS:
+                raise StepRuntimeError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
+            dram = DRAM_PRESETS[dram]
+        return cls(tile=fabric.tile, dtype=fabric.dtype, fifo_depth=fabric.fifo_depth,
+                   mem_inflight=fabric.mem_inflight, dram=dram, max_fifo_depth=fabric.max_fifo_depth)
 
     @property
     def matmul_flops(self) -> int:
@@ -898,8 +769,8 @@ class Model:
 
     def run(self, max_events: int = 200_000_000) -> ModelResult:
         g = self.graph
-        from step_hdl.mapper.fifo import fifo_depths
-        depths = self.depths or fifo_depths(g, self.params.fifo_depth, self.ctx.bindings)
+        p = self.params
+        depths = self.depths or capped_depths(g, p.fifo_depth, p.max_fifo_depth, self.ctx.bindings)
         chans: dict = {}
         for ref, consumer, port in g.edges():
             chans[(ref.node.name, ref.port)] = TimedChannel(ref.label, depths.get(ref.label, self.params.fifo_depth))
@@ -1001,7 +872,7 @@ def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, stre
              timing_only: bool = True, depths: dict | None = None) -> ModelResult:
     """Run the approximate performance model on ``graph``.
 
-    ``depths`` gives FIFO depths per edge (``producer.port``); by default
-    :func:`step_hdl.mapper.fifo.fifo_depths` sizes them.
+    ``depths`` gives FIFO depths per edge (``producer.port``); by default they are the plan's
+    (:func:`step_hdl.mapper.fifo.capped_depths` with the parameters' FIFO depths).
     """
     return Model(graph, params or ModelParams(), tensors, streams, bindings, timing_only, depths).run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -34,9 +35,17 @@ def build_root() -> Path:
     return root
 
 
+def verilog_name(name: str) -> str:
+    """``name`` as a plain Verilog identifier: every character other than letters, digits and ``_`` becomes
+    ``_``, and a leading digit gets a ``m_`` prefix (``map[matmul]_t4`` -> ``map_matmul__t4``). An escaped
+    identifier would be legal Verilog, but simulators' handles (cocotb's root handle) do not find it."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return out if out and not out[0].isdigit() else f"m_{out}"
+
+
 def to_verilog(component, name: str) -> str:
-    """Verilog of an Amaranth component with a stable module name."""
-    return verilog.convert(component, name=name, emit_src=False)
+    """Verilog of an Amaranth component with a stable module name (made a plain identifier)."""
+    return verilog.convert(component, name=verilog_name(name), emit_src=False)
 
 
 def setup_verilator() -> Path:
@@ -189,7 +198,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
     if backend not in BACKENDS:
         component._MustUse__silence = True   # not elaborated: no "created but never used" warning
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
-    name = name or type(component).__name__.lower()
+    name = verilog_name(name or type(component).__name__.lower())
     res = run_cocotb(to_verilog(component, name), name, scenario.to_json(), backend)
     if res.get("timeout"):
         raise SimTimeout(f"no progress after {scenario.max_cycles} cycles on {backend}: sent {res['sent']}, "

@@ -122,12 +122,11 @@ def cmd_run(args) -> int:
 
 
 def cmd_model(args) -> int:
-    from .sim.model import DRAM_PRESETS, ModelParams, simulate
+    from .flow import model
     w = build(args.workload, args)
     dt = w.dtype.name if w.dtype.name in ("int8", "int16", "int32", "fp32", "bf16") else "int16"
-    params = ModelParams(tile=args.phys_tile, dtype=dt, dram=DRAM_PRESETS[args.dram])
     t0 = time.perf_counter()
-    res = simulate(w.graph, params, w.tensors, w.streams, timing_only=not args.values)
+    res = model(w, args.phys_tile, args.dram, timing_only=not args.values, dtype=dt)
     wall = time.perf_counter() - t0
     report = {"workload": args.workload, "params": _params_of(args), "phys_tile": args.phys_tile, "dram": args.dram,
               **res.to_dict(), "wall_s": round(wall, 3)}
@@ -149,15 +148,14 @@ def cmd_model(args) -> int:
 
 
 def _prepared(args):
-    from .mapper.fabric import Fabric
-    from .sim.fabric import prepare
+    from .flow import Fabric, prepare
     w = build(args.workload, args)
     fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
     return w, prepare(w, fabric)
 
 
 def cmd_build(args) -> int:
-    from .mapper.emit import build as emit
+    from .flow import build as emit
     t0 = time.perf_counter()
     w, prep = _prepared(args)
     report = emit(prep, args.output, args.dram)
@@ -172,8 +170,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_sim(args) -> int:
-    from .sim.fabric import run as rtl_run
-    from .sim.model import DRAM_PRESETS, ModelParams, simulate
+    from .flow import DRAM_PRESETS, model, run_rtl as rtl_run
     w, prep = _prepared(args)
     if not args.json:
         print(f"{args.workload}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
@@ -192,8 +189,7 @@ def cmd_sim(args) -> int:
         report["waves"] = str(build_root() / f"{prep.design.name}.vcd")
     if not args.no_model:
         t0 = time.perf_counter()
-        m = simulate(w.graph, ModelParams(tile=prep.design.fabric.tile, dtype=prep.design.fabric.dtype, dram=dram),
-                     w.tensors, w.streams, timing_only=True)
+        m = model(w, prep.design.fabric, dram)
         report["model_cycles"] = m.cycles
         report["model_error"] = round((m.cycles - res.cycles) / max(1, res.cycles), 4)
         report["model_wall_s"] = round(time.perf_counter() - t0, 3)
@@ -244,7 +240,7 @@ def _write(path: str, text: str):
 
 
 def parser() -> argparse.ArgumentParser:
-    from step_hdl.sim.model import DRAM_PRESETS
+    from step_hdl.sim.dram_timing import DRAM_PRESETS
     ap = argparse.ArgumentParser(prog="step-hdl", description="Streaming Tensor Programs to hardware.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_workload_parsers(sub, "metrics", "symbolic metrics of a workload",
@@ -329,7 +325,7 @@ def _report_compare(args, cmp, size, points) -> int:
 
 
 def _add_compare_parser(sub):
-    from step_hdl.sim.model import DRAM_PRESETS
+    from step_hdl.sim.dram_timing import DRAM_PRESETS
     p = sub.add_parser("compare", help="approximate model vs measured RTL cycles over a sweep")
     wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
     wp = wsub.add_parser("swiglu", help="SwiGLU tile-size sweep",

@@ -166,6 +166,23 @@ def is_static(d: Dim) -> bool:
     return bool(as_dim(d).is_Integer)
 
 
+def substitute(d, bindings: dict | None) -> Dim:
+    """``d`` with the values of ``bindings`` substituted for its symbols, matched by name (keys may be names
+    or symbols: the graph's dimension symbols carry assumptions that a plain ``Symbol(name)`` would not
+    match). The one rule every layer uses to give dynamic sizes their values."""
+    d = as_dim(d)
+    if not bindings or d.is_Integer:
+        return d
+    names = {str(k): v for k, v in bindings.items()}
+    return d.subs({s: names[s.name] for s in d.free_symbols if s.name in names})
+
+
+def concrete(d, bindings: dict | None = None) -> int | None:
+    """The integer value of ``d`` under ``bindings`` (:func:`substitute`), or ``None`` if it stays symbolic."""
+    v = substitute(d, bindings)
+    return int(v) if v.is_Integer else None
+
+
 def is_ragged(d: Dim) -> bool:
     return any(isinstance(s, Ragged) for s in as_dim(d).free_symbols)
 

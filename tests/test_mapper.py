@@ -3,9 +3,9 @@
 import pytest
 
 from step_hdl import fn
-from step_hdl.mapper import flow
+from step_hdl.mapper import lower as lowering
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
-from step_hdl.mapper.flow import Pass, PassCheckError, lower
+from step_hdl.mapper.lower import Pass, PassCheckError, lower
 from step_hdl.workloads import swiglu
 
 
@@ -56,9 +56,9 @@ def test_unlowered_tiles_do_not_bind(small):
 
 def test_a_pass_that_changes_the_result_is_caught(small, monkeypatch):
     def broken(g, f):
-        out = flow.tile_physical(g, f.tile)
+        out = lowering.tile_physical(g, f.tile)
         out.nodes["gate_requant"].params["fn"] = fn("requantize", shift=9, dtype="int16")
         return out
-    monkeypatch.setattr(flow, "PASSES", [Pass("broken", broken)])
+    monkeypatch.setattr(lowering, "PASSES", [Pass("broken", broken)])
     with pytest.raises(PassCheckError, match="pass 'broken' changed tensor 'y'"):
         lower(small.graph, 4, small.tensors)

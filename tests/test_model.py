@@ -7,7 +7,8 @@ import pytest
 
 from step_hdl import StepDeadlockError
 from step_hdl.mapper.fifo import fifo_depths
-from step_hdl.sim.model import DRAM_PRESETS, DramParams, ModelParams, simulate
+from step_hdl.sim.dram_timing import DRAM_PRESETS, DramParams
+from step_hdl.sim.model import ModelParams, simulate
 from step_hdl.workloads import gqa_decode, moe, swiglu
 
 P16 = ModelParams(tile=16)
@@ -113,7 +114,7 @@ def test_dram_channel_bookkeeping_matches_per_channel_reference():
     """Dram keeps the channels' free times in O(1) for transfers over all channels; the same as one counter
     per channel."""
     import random
-    from step_hdl.sim.model import Dram
+    from step_hdl.sim.dram_timing import Dram
 
     class Reference:
         def __init__(self, p):

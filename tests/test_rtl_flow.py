@@ -8,11 +8,11 @@ import pytest
 
 from step_hdl import Graph, StepDeadlockError, fn
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
-from step_hdl.mapper.flow import lower
 from step_hdl.mapper.tiling import TilingError
 from step_hdl.mapper.top import plan
 from step_hdl.metrics import metrics
-from step_hdl.sim.fabric import Deadlock, prepare, run, shared_fabric
+from step_hdl.flow import model, prepare, run_rtl as run, shared_fabric
+from step_hdl.sim.fabric import Deadlock
 from step_hdl.workloads import swiglu
 from step_hdl.workloads.base import Workload
 from step_hdl.types import dtype as make_dtype
@@ -150,7 +150,7 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(tmp_path):
     import subprocess
     import sys
 
-    from step_hdl.mapper.emit import build
+    from step_hdl.flow import build
     w = swiglu(16, 8, 64, 8, 16, "int16")
     out = tmp_path / "tb"
     report = build(prep := prepare(w, 4), out)
@@ -214,9 +214,7 @@ def test_moe_dynamic_tiling_mixtral_b64_on_verilator(routing):
 def _model_cycles(w, dram="paper") -> int:
     """The approximate model's cycles (timing only, user-level graph) on the RTL runs' fabric: 4x4 int16
     tiles, DRAM preset ``dram``."""
-    from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
-    return simulate(w.graph, ModelParams(tile=4, dtype="int16", dram=DRAM_PRESETS[dram]), w.tensors, w.streams,
-                    timing_only=True).cycles
+    return model(w, 4, dram).cycles
 
 
 def _model_within(w, res, tolerance=0.10):

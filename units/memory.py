@@ -32,7 +32,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.types import DTYPES
+from step_hdl.errors import StepError
+from step_hdl.types import DTYPES, concrete
 
 from .base import StepUnit
 from .config import ConfigRegs, Reg, config_signature
@@ -129,13 +130,12 @@ def _check_tile(unit, op_params, bindings=None):
 
 def _concrete(d, bindings, unit, what):
     try:
-        import sympy
-        v = sympy.sympify(d).subs(bindings or {})
-        if not v.is_Integer:
-            raise TypeError
-        return int(v)
-    except (TypeError, ValueError, AttributeError):
-        raise ParamError(f"{type(unit).__name__}: {what} {d} is not a concrete integer; pass bindings") from None
+        v = concrete(d, bindings)
+    except (TypeError, ValueError, AttributeError, StepError):
+        v = None
+    if v is None:
+        raise ParamError(f"{type(unit).__name__}: {what} {d} is not a concrete integer; pass bindings")
+    return v
 
 
 def _byte_base(unit, op_params, tensor_addr):

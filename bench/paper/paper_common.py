@@ -63,8 +63,9 @@ def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=()
     nodes mapped to ``None`` are left out. The nodes named in ``keep`` are also
     reported one by one (with their finish cycle).
     """
-    from step_hdl.sim.model import Model, ModelParams
-    params = ModelParams(tile=tile, dtype=dtype)
+    from step_hdl.flow import model_params
+    from step_hdl.sim.model import Model
+    params = model_params(tile, "paper", dtype)
     t0 = time.perf_counter()
     model = Model(graph, params, tensors or {}, streams or {}, timing_only=True)
     res = model.run()

@@ -52,8 +52,7 @@ import json
 import sys
 import time
 
-from step_hdl.sim.fabric import prepare, run
-from step_hdl.sim.model import DRAM_PRESETS, ModelParams, simulate
+from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl as run
 from step_hdl.workloads.traces import TraceNotFound
 
 TILE = 4
@@ -70,8 +69,7 @@ def measure(variants: dict, backend: str, dram_name: str) -> tuple[dict, bool]:
               f"{backend} ...", file=sys.stderr, flush=True)
         res = run(prep, backend, dram, progress=True)
         t0 = time.perf_counter()
-        m = simulate(w.graph, ModelParams(tile=TILE, dtype="int16", dram=dram), w.tensors, w.streams,
-                     timing_only=True)
+        m = model(w, prep.design.fabric, dram)
         points[name] = {
             "units": len(prep.design.units), "rtl_cycles": res.cycles, "model_cycles": m.cycles,
             "model_error_pct": round(100 * (m.cycles / res.cycles - 1), 2), "outputs_match": res.outputs_match,

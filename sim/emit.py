@@ -26,6 +26,12 @@ import json
 import shutil
 from pathlib import Path
 
+from step_hdl.mapper.top import FabricTop, make_unit
+
+from .dram_timing import DRAM_PRESETS
+from .fabric import verilog_for
+from .rtl import to_verilog
+
 RUNNER = '''\
 """Run this folder's cocotb testbench: python run.py [--sim verilator|icarus] [--waves].
 
@@ -79,13 +85,7 @@ if __name__ == "__main__":
 
 
 def build(prep, out_dir, dram="paper", synth_top: bool = True) -> dict:
-    """Write the files above for a :class:`~step_hdl.sim.fabric.Prepared` program; return the report."""
-    from step_hdl.sim import cocotb_fabric
-    from step_hdl.sim.fabric import verilog_for
-    from step_hdl.sim.model import DRAM_PRESETS
-    from step_hdl.sim.rtl import to_verilog
-    from .top import FabricTop
-
+    """Write the files above for a :class:`~step_hdl.mapper.prepare.Prepared` program; return the report."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dram_p = DRAM_PRESETS[dram] if isinstance(dram, str) else dram
@@ -94,7 +94,8 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True) -> dict:
     (out / "harness.v").write_text(harness_text)
     if synth_top:
         (out / "top.v").write_text(to_verilog(FabricTop(design, counters=False), f"{top_name}_top"))
-    shutil.copyfile(cocotb_fabric.__file__, out / "test_fabric.py")
+    # the cocotb test module, copied as a file (importing it would import cocotb)
+    shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
     (out / "job.json").write_text(json.dumps(prep.job(with_expected=True)))
     (out / "run.py").write_text(RUNNER.format(top=top_name))
     (out / "fabric.json").write_text(design.fabric.dumps())
@@ -119,7 +120,6 @@ def mapping_report(prep, top_name: str, dram) -> dict:
 
 
 def config_report(prep) -> dict:
-    from .top import make_unit
     units = []
     for k, u in enumerate(prep.design.units):
         obj = make_unit(u)
