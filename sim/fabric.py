@@ -34,7 +34,8 @@ from .dram import DramModel
 from .dram_timing import DRAM_PRESETS, DramParams
 from .rtl import RtlError, build_root, to_verilog
 
-BACKENDS = ("amaranth", "verilator", "icarus")
+#: back-ends a whole fabric runs on (Icarus runs single units only: :func:`run`)
+BACKENDS = ("amaranth", "verilator")
 
 
 class Deadlock(StepDeadlockError):
@@ -196,6 +197,9 @@ def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "pa
         dram = DRAM_PRESETS[dram]
     if backend == "amaranth":
         return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang)
+    if backend == "icarus":
+        raise RtlError("fabric runs support the amaranth and verilator back-ends; Icarus leaves parts of a fabric "
+                       "undefined (X) and never finishes (it runs single-unit scenarios: tests/hw --sim icarus)")
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang)

@@ -26,12 +26,16 @@ def stream_ports(component: wiring.Component) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-async def send(ctx, port, values, stalls: Stalls):
-    """Send packed tokens on an input stream, with random valid gaps."""
+async def send(ctx, port, values, stalls: Stalls, offered=None):
+    """Send packed tokens on an input stream, with random valid gaps.
+
+    ``offered`` (optional) is called when a token's ``valid`` is first raised (after its gap)."""
     raw = port.payload.as_value() if hasattr(port.payload, "as_value") else port.payload
     for v in values:
         while stalls():
             await ctx.tick()
+        if offered is not None:
+            offered()
         ctx.set(port.valid, 1)
         ctx.set(raw, v)
         # (a loop of samples, not tick().until(): an unfinished until() raises at garbage collection)
@@ -98,9 +102,10 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
     """Run a scenario on the Amaranth simulator; return (outputs per port, cycles).
 
     ``timing``, if given, receives ``first_in`` (the cycle the first input token
-    is offered, with no valid gaps; else its transfer) and ``out_cycles`` (per
-    output port, the cycle of each transfer), counted from the end of
-    configuration.
+    is offered: its ``valid`` raised) and ``out_cycles`` (per output port, the
+    cycle of each transfer), counted from the end of configuration. The cycles
+    returned are the last output transfer's cycle plus one, as on the cocotb
+    back-ends (:mod:`step_hdl.sim.cocotb_streams`), so every back-end counts alike.
     """
     import sys
 
@@ -114,23 +119,32 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
     sim = Simulator(component)
     sim.add_clock(1e-8)
 
+    async def after_config(ctx, writer: bool):
+        # one testbench writes the configuration (one write per cycle); every sender and receiver starts
+        # when it is written, as under cocotb, so the stall draws line up cycle for cycle on every back-end
+        if writer and sc.config:
+            await write_config(ctx, component.cfg, sc.config)
+        else:
+            for _ in sc.config:
+                await ctx.tick()
+
     def make_sender(k, p):
         async def tb(ctx):
-            if sc.config:
-                await write_config(ctx, component.cfg, sc.config)
+            await after_config(ctx, k == 0)
             stalls = Stalls(sc.seed * 1000 + k, sc.p_gap)
             port = getattr(component, p)
-            for v in sc.inputs[p]:
-                if not first_in and not stalls.p:
-                    first_in.append(cycles[0])   # the first token is offered now (no valid gap)
-                await send(ctx, port, [v], stalls)
+
+            def offered():
                 if not first_in:
                     first_in.append(cycles[0])
+            for v in sc.inputs[p]:
+                await send(ctx, port, [v], stalls, offered)
                 progress[p] += 1
         return tb
 
     def make_receiver(k, p):
         async def tb(ctx):
+            await after_config(ctx, not sc.inputs and k == 0)
             await receive(ctx, getattr(component, p), Stalls(sc.seed * 1000 + 500 + k, sc.p_drop),
                           sc.outputs[p], results[p], when[p], cycles)
         return tb
@@ -153,10 +167,6 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
                          f"{ {p: f'{progress[p]}/{len(sc.inputs[p])}' for p in sc.inputs} }, outputs received "
                          f"{ {p: len(v) for p, v in results.items()} } (deadlock or missing done token)")
     sim.add_testbench(limit, background=True)
-    if not sc.inputs and sc.config:
-        async def cfg_only(ctx):
-            await write_config(ctx, component.cfg, sc.config)
-        sim.add_testbench(cfg_only, background=True)
     if vcd:
         with sim.write_vcd(vcd):
             sim.run()
@@ -166,4 +176,5 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
     if timing is not None:
         timing["first_in"] = (first_in[0] - cfg) if first_in else None
         timing["out_cycles"] = {p: [c - cfg for c in v] for p, v in when.items()}
-    return results, cycles[0] - cfg
+    last = max((v[-1] for v in when.values() if v), default=cycles[0] - 1)
+    return results, last + 1 - cfg

@@ -151,10 +151,13 @@ def _byte_base(unit, op_params, tensor_addr):
 class _Tracker(wiring.Component):
     """In-order request/response core of the off-chip units (see the module docstring).
 
-    ``ev`` (in): ``{mem, write, addr, wdata, ack, stop, done, end, eager}``; an event with
-    ``mem`` issues a request in the cycle it is accepted. ``o`` (out): ``{payload, stop,
-    done, end, eager}``, one per event, in order; a ``mem`` event's payload is the
-    response's ``rdata`` (``ack_bits == 0``) or its own ``ack`` field.
+    ``ev`` (in): ``{mem, addr, stop, done, end, eager}``, with ``wdata`` for a unit that writes
+    (``writes``: every request it issues is a write) and ``ack`` for one whose events carry their
+    own acknowledgement (``event_ack``); an event with ``mem`` issues a request in the cycle it is
+    accepted. ``o`` (out): ``{payload, stop, done, end, eager}``, one per event, in order; a
+    ``mem`` event's payload is the response's ``rdata`` (``ack_bits == 0``), the event's ``ack``
+    (``event_ack``) or 0. (A unit drives every field of its events: a field it had no use for
+    would be a constant process, which Icarus never runs.)
 
     Latency: request issue 0 cycles after the event (``mem.req.valid`` combinational in
     ``ev.valid``, ``ev.ready`` combinational in ``mem.req.ready``); output 1 cycle after
@@ -162,11 +165,16 @@ class _Tracker(wiring.Component):
     comes from FIFO state only. II 1.
     """
 
-    def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0):
+    def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0,
+                 writes: bool = False, event_ack: bool = False):
         self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
-        self.ev_layout = data.StructLayout({
-            "mem": 1, "write": 1, "addr": shape.addr_bits, "wdata": shape.data_bits, "ack": max(1, ack_bits),
-            "stop": sbits, "done": 1, "end": 1, "eager": 1})
+        self.writes, self.event_ack = writes, event_ack
+        fields = {"mem": 1, "addr": shape.addr_bits, "stop": sbits, "done": 1, "end": 1, "eager": 1}
+        if writes:
+            fields["wdata"] = shape.data_bits
+        if event_ack:
+            fields["ack"] = ack_bits
+        self.ev_layout = data.StructLayout(fields)
         self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, "stop": sbits, "done": 1,
                                            "end": 1, "eager": 1})
         super().__init__({"ev": In(stream.Signature(self.ev_layout)), "o": Out(stream.Signature(self.o_layout)),
@@ -187,13 +195,14 @@ class _Tracker(wiring.Component):
         m.d.comb += [
             req.valid.eq(ev.valid & ev.payload.mem & credit & q.w_rdy),
             req.payload.addr.eq(ev.payload.addr), req.payload.bytes.eq(s.word_bytes),
-            req.payload.write.eq(ev.payload.write), req.payload.wdata.eq(ev.payload.wdata),
+            req.payload.write.eq(int(self.writes)), req.payload.wdata.eq(ev.payload.wdata if self.writes else 0),
             req.payload.tag.eq(seq),
             ev.ready.eq(q.w_rdy & (~ev.payload.mem | (credit & req.ready))),
             q.w_en.eq(ev.valid & ev.ready),
         ]
         w = Signal(q_layout)
-        m.d.comb += [w.mem.eq(ev.payload.mem), w.ack.eq(ev.payload.ack), w.stop.eq(ev.payload.stop),
+        m.d.comb += [w.mem.eq(ev.payload.mem), w.ack.eq(ev.payload.ack if self.event_ack else 0),
+                     w.stop.eq(ev.payload.stop),
                      w.done.eq(ev.payload.done), w.end.eq(ev.payload.end), w.eager.eq(ev.payload.eager),
                      q.w_data.eq(w)]
         issued = req.valid & req.ready
@@ -508,7 +517,7 @@ class LinearOffChipStore(_MemUnit):
         self.regs.elaborate(m, self.cfg)
         p = self.params
         fmt = self.token_format()
-        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=1)
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=1, writes=True)
         wiring.connect(m, tr.mem, wiring.flipped(self.mem))
         tok = self.i.payload
         off = Signal(p.addr_bits)
@@ -518,8 +527,8 @@ class LinearOffChipStore(_MemUnit):
         ev = tr.ev.payload
         m.d.comb += [
             tr.ev.valid.eq(self.i.valid & (is_data | tok.done)),
-            ev.mem.eq(is_data), ev.write.eq(1), ev.addr.eq(self.regs["base"] + off), ev.wdata.eq(tok.payload),
-            ev.done.eq(tok.done),
+            ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + off), ev.wdata.eq(tok.payload),
+            ev.stop.eq(0), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
             self.i.ready.eq(Mux(is_data | tok.done, tr.ev.ready, 1)),
             tr.o.ready.eq(1),
         ]
@@ -573,7 +582,7 @@ class RandomOffChipLoad(_MemUnit):
         m.d.comb += [
             tr.ev.valid.eq(self.i_addr.valid), self.i_addr.ready.eq(tr.ev.ready),
             ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes),
-            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done),
+            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
             self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
             self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
             self.o.payload.done.eq(tr.o.payload.done),
@@ -614,7 +623,8 @@ class RandomOffChipStore(_MemUnit):
         self.regs.elaborate(m, self.cfg)
         p = self.params
         fmt = self.token_format()
-        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=INDEX.width)
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=INDEX.width,
+                                             writes=True, event_ack=True)
         wiring.connect(m, tr.mem, wiring.flipped(self.mem))
         a, d = self.i_addr, self.i_data
         tok = a.payload
@@ -623,9 +633,9 @@ class RandomOffChipStore(_MemUnit):
         m.d.comb += [
             tr.ev.valid.eq(a.valid & d.valid),
             a.ready.eq(tr.ev.ready & d.valid), d.ready.eq(tr.ev.ready & a.valid),
-            ev.mem.eq(is_data), ev.write.eq(1), ev.wdata.eq(d.payload.payload),
+            ev.mem.eq(is_data), ev.wdata.eq(d.payload.payload),
             ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes), ev.ack.eq(tok.payload),
-            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done),
+            ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
             self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
             self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
             self.o.payload.done.eq(tr.o.payload.done),

@@ -1,0 +1,98 @@
+"""Back-end equivalence: the same scenarios on the Amaranth simulator, Verilator and Icarus give identical
+tokens and identical cycle counts (unit scenarios under random stalls on both sides), and one small fabric
+runs identically on the Amaranth simulator and Verilator."""
+
+import shutil
+
+import pytest
+
+from step_hdl.sim.rtl import run_scenario
+from step_hdl.sim.streams import Scenario
+from step_hdl.units.base import lang_port
+from step_hdl.units.catalog import CATALOG
+
+BACKENDS = ("amaranth", "verilator", "icarus")
+#: catalog units whose scenarios every back-end runs (a shape unit, routing, memory, compute, accumulation)
+UNITS = ("Reshape", "Partition", "LinearOffChipLoad", "OnChipBuffer", "Map[matmul]", "Accum[add]")
+
+
+def _backend(name):
+    if name == "icarus" and shutil.which("iverilog") is None:
+        pytest.skip("Icarus Verilog is not installed (apt-get install iverilog; .ci/run installs it)")
+    return name
+
+
+def _run_unit(name, backend, seed):
+    entry = CATALOG[name]
+    unit = entry.make(4, 4, "int16")
+    kind, inputs, op_params, *rest = entry.stimulus(unit, 24)
+    extra = rest[0] if rest else {}
+    component, config = entry.component(unit, op_params, inputs, extra)
+    sc = Scenario(unit.pack_inputs(inputs), unit.output_done_bits(), config, seed=seed, p_gap=0.3, p_drop=0.3)
+    timing: dict = {}
+    out, cycles = run_scenario(component, sc, backend, f"xb_{name}", timing=timing)
+    expected = entry.run_reference(kind, inputs, op_params, extra)
+    assert all(unit.fmt(p).unpack_all(out[p]) == expected[lang_port(p)] for p in out), (name, backend)
+    return out, cycles, timing
+
+
+#: units whose outputs Icarus leaves undefined (X ``valid`` right after reset, or a load that never stops
+#: sending): found by this test, not yet fixed; the fabric runs refuse Icarus for the same reason
+ICARUS_X = {"LinearOffChipLoad", "OnChipBuffer", "Map[matmul]", "Accum[add]"}
+
+
+def _cases():
+    for name in UNITS:
+        yield pytest.param(name, "verilator", id=f"{name}-verilator")
+        marks = [pytest.mark.xfail(strict=True, reason="Icarus leaves the unit's outputs X (issue 15, open)")] \
+            if name in ICARUS_X else []
+        yield pytest.param(name, "icarus", id=f"{name}-icarus", marks=marks)
+
+
+@pytest.mark.parametrize("name,backend", list(_cases()))
+def test_unit_scenarios_agree_with_the_amaranth_simulator(name, backend):
+    ref = _run_unit(name, "amaranth", seed=5)
+    out, cycles, timing = _run_unit(name, _backend(backend), seed=5)
+    assert out == ref[0], f"{name}: tokens on {backend} differ from the Amaranth simulator's"
+    assert (cycles, timing) == (ref[1], ref[2]), f"{name}: {backend} counts {cycles} cycles, Amaranth {ref[1]}"
+
+
+@pytest.mark.parametrize("seed", (5, 7))
+def test_stop_merger_cycles_agree(seed):
+    """The scenario that counted one cycle less on the Amaranth simulator (129/141 against 130/142): every
+    back-end now counts to the last output transfer."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_plumbing import DONE_BIT, FMT, StopMerger, pack_event, random_events
+    events = random_events(seed)
+    got = {}
+    for b in BACKENDS:
+        if b == "icarus" and shutil.which("iverilog") is None:
+            continue        # (the unit scenarios above report the skip)
+        out, cycles = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]},
+                                                             {"o": DONE_BIT}, seed=seed), b, "merger")
+        got[b] = (out["o"], cycles)
+    assert len({(tuple(o), c) for o, c in got.values()}) == 1, {b: c for b, (_, c) in got.items()}
+    assert got["amaranth"][1] == {5: 130, 7: 142}[seed]
+
+
+def test_small_fabric_agrees_on_amaranth_and_verilator():
+    """A whole fabric (the reduced SwiGLU point of the suite): same cycles, counters and outputs."""
+    from step_hdl.flow import prepare, run_rtl
+    from step_hdl.workloads import swiglu
+    prep = prepare(swiglu(16, 8, 64, 8, 16, "int16"), 4)
+    a, v = run_rtl(prep, "amaranth"), run_rtl(prep, "verilator")
+    assert a.outputs_match and v.outputs_match
+    assert a.cycles == v.cycles and a.counters == v.counters
+
+
+def test_icarus_refuses_fabric_runs():
+    """Icarus leaves parts of a fabric at X (the on-chip buffers' valid flags), so fabric runs refuse it
+    with the back-end that works, before any build."""
+    from step_hdl.flow import prepare, run_rtl
+    from step_hdl.sim.rtl import RtlError
+    from step_hdl.workloads import swiglu
+    prep = prepare(swiglu(16, 8, 64, 8, 16, "int16"), 4)
+    with pytest.raises(RtlError, match="fabric runs support the amaranth and verilator back-ends; Icarus"):
+        run_rtl(prep, "icarus")
