@@ -97,7 +97,7 @@ def measure(backend: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="amaranth", choices=("amaranth", "verilator"))
+    ap.add_argument("--backend", default="amaranth", choices=("amaranth", "verilator", "icarus"))
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--compare", default=None, help="a JSON file of an earlier run: print every difference")
     args = ap.parse_args(argv)

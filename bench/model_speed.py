@@ -26,7 +26,7 @@ TILE_INTER = (16, 32, 64, 128, 256)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"))
+    ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     dram = DRAM_PRESETS["paper"]

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--inter", type=int, default=32)
     ap.add_argument("--tile-inter", type=int, default=16)
     ap.add_argument("--phys-tile", type=int, default=4)
-    ap.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"))
+    ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS))
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)

@@ -43,7 +43,7 @@ def sweep_points(P: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiles", type=int, nargs="+", default=[4, 16], help="physical tile sides (default: 4 16)")
-    ap.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"))
+    ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--sweep", action="store_true", help="run the 15 sweep points on the largest tile's build")
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS))
     ap.add_argument("--amaranth", action="store_true",

@@ -37,6 +37,9 @@ class StreamDriver:
         self.first = None
         self.clock = [0]
         self.valid.value = 0
+        # an undriven payload is X under Icarus (0 under Verilator and the Amaranth simulator), and a unit's
+        # ready may depend on it
+        self.payload.value = 0
 
     async def send(self, values):
         """Call right after a rising edge; returns right after the last transfer's edge."""

