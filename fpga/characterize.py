@@ -89,7 +89,7 @@ def swiglu_prepared(tile: int = 4, dtype: str = "int8"):
 
 def sweep_items(tiles, dtypes):
     """``(kind, variant, cls, tile, dtype, params, component)`` of every unit to characterize."""
-    from step_hdl.mapper.top import make_unit
+    from step_hdl.mapper.design import make_unit
     from step_hdl.units.catalog import CATALOG
     seen = set()
     for dtype in dtypes:

@@ -4,7 +4,7 @@
 --sweep``) holds Yosys ``synth_ecp5`` resource counts of every unit kind the
 catalog and the mapper build, at several physical tiles and element types, and
 of the edge FIFOs (:class:`~step_hdl.units.stream.Queue`) at several widths and
-depths. :func:`estimate` adds up, for a :class:`~step_hdl.mapper.top.Design`:
+depths. :func:`estimate` adds up, for a :class:`~step_hdl.mapper.design.Design`:
 
 * each unit: the table's entry of the same kind and variant (class, functions,
   structural parameters) at the same tile and element type; otherwise the same
@@ -131,11 +131,11 @@ def queue_cost(table: dict, width: int, depth: int) -> dict:
 
 
 def estimate(design, table: dict | None = None, target: str = "ecp5-85f", exclude_tiles=()) -> dict:
-    """Estimated resources of a :class:`~step_hdl.mapper.top.Design` (its ``FabricTop``, ``counters=False``).
+    """Estimated resources of a :class:`~step_hdl.mapper.design.Design` (its ``FabricTop``, ``counters=False``).
 
     Parameters
     ----------
-    design : step_hdl.mapper.top.Design
+    design : step_hdl.mapper.design.Design
         The mapped program's structure.
     table : dict, optional
         A cost table (default: the committed one).

@@ -11,7 +11,7 @@ per element plus done), a safe bound; where that size is dynamic the edge gets
 ``unbounded`` depth and a note, to be sized from a simulation.
 
 :func:`edge_depth` is the depth an edge is built with: the safe bound is
-structural only up to the fabric's ``max_fifo_depth``. The plan (``mapper.top``)
+structural only up to the fabric's ``max_fifo_depth``. The plan (``mapper.plan``)
 and the approximate model (``sim.model``) both take their FIFO depths from it.
 """
 

@@ -16,7 +16,8 @@ from step_hdl.units.layout import tile_format
 from step_hdl.units.memport import pack_tensor, unpack_tensor
 
 from .fabric import Fabric, FabricError, fabric_for
-from .top import Design, Program, plan
+from .design import Design, Program
+from .plan import plan
 
 
 @dataclass

@@ -26,7 +26,8 @@ import json
 import shutil
 from pathlib import Path
 
-from step_hdl.mapper.top import FabricTop, make_unit
+from step_hdl.mapper.design import built_units
+from step_hdl.mapper.top import FabricTop
 
 from .dram_timing import DRAM_PRESETS
 from .fabric import verilog_for
@@ -127,11 +128,9 @@ def mapping_report(prep, top_name: str, dram) -> dict:
 
 def config_report(prep) -> dict:
     units = []
+    built = built_units(prep.design)
     for k, u in enumerate(prep.design.units):
-        obj = make_unit(u)
-        obj._MustUse__silence = True
-        regs = [{"addr": i, "name": r.name, "width": r.width} for i, r in
-                enumerate(obj.regs.regs)] if hasattr(obj, "regs") else []
+        regs = [{"addr": i, "name": r.name, "width": r.width} for i, r in enumerate(built[u.name].regs.regs)]
         units.append({"index": k, "name": u.name, "class": u.cls, "registers": regs})
     return {"format": "addr | data << 24, addr = unit index << 8 | register", "writes": prep.program.config,
             "units": units}

@@ -26,7 +26,8 @@ from amaranth.lib.wiring import In, Out
 
 from step_hdl.errors import StepDeadlockError
 from step_hdl.sources import fingerprint
-from step_hdl.mapper.top import TOP_CFG_LAYOUT, COUNTER_BITS, Design, FabricTop
+from step_hdl.mapper.design import COUNTER_BITS, TOP_CFG_LAYOUT, Design
+from step_hdl.mapper.top import FabricTop
 from step_hdl.mapper.prepare import Prepared, tensor_of_words
 
 from .dram import DramModel

@@ -33,7 +33,7 @@ fabric:
   cycles between requests per channel, requests in flight;
 * a load issues a tile's DRAM access when it starts to send that tile, plus
   the following tiles while they fit in its ``mem_inflight`` physical-tile
-  credits (``units.memory`` ``_Tracker``: a request only while a credit is
+  credits (``units.offchip`` ``_Tracker``: a request only while a credit is
   free, a credit back when its response leaves the unit), not the whole
   stream up front; and it streams each tile out as the responses arrive (II 1
   per tile while the memory keeps up), so the send takes ``max(transfer, DRAM
@@ -202,7 +202,7 @@ class TimedMemory(Memory):
         pushes): a function that issues the reads of addresses already waiting at the unit's input, at
         :attr:`now`.
 
-        The RTL :class:`~step_hdl.units.memory.RandomOffChipLoad` turns each
+        The RTL :class:`~step_hdl.units.offchip.RandomOffChipLoad` turns each
         address into a request as it arrives, while it has a credit, whatever
         its output is doing; the interpreter's load reads one address per tile
         sent. The first of the waiting addresses may have been issued already.
@@ -253,7 +253,7 @@ class TimedMemory(Memory):
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
 
         The interpreter's load code reads a whole block of tiles before it sends
-        the first, but the RTL load (``units.memory``, :class:`_Tracker`) issues a
+        the first, but the RTL load (``units.offchip``, :class:`_Tracker`) issues a
         request only while it has a credit (``max_inflight`` requests whose
         responses have not left the unit): requests go out as the unit's tiles
         leave, so the loads of a fabric share the DRAM tile by tile instead of one
@@ -413,7 +413,7 @@ class TimedPorts(Ports):
         """Cycles until ``tok`` has left the unit.
 
         An off-chip load streams each physical tile out as its response arrives
-        (``units.memory``: a request per tile while a credit is free, II 1 per tile
+        (``units.offchip``: a request per tile while a credit is free, II 1 per tile
         while the memory keeps up), so a logical tile's transfer overlaps its DRAM
         access: it is done when both the last response is in and its tiles have
         streamed, not after the one and then the other.
@@ -451,7 +451,7 @@ class TimedPorts(Ports):
         now = model.now
         is_data = not tok.stop and not tok.done
         if is_data and self.random_store:
-            # the acknowledgement is ready when the write is done (``units.memory``: memory latency + 2);
+            # the acknowledgement is ready when the write is done (``units.offchip``: memory latency + 2);
             # writes are pipelined, so the store goes on while its consumer waits for that
             yield ("delay", cost)
             end = self.ctx.memory.ready[self.node.name].popleft() + 2

@@ -9,7 +9,7 @@ import pytest
 from step_hdl import Graph, StepDeadlockError, fn
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
 from step_hdl.mapper.tiling import TilingError
-from step_hdl.mapper.top import plan
+from step_hdl.mapper.plan import plan
 from step_hdl.metrics import metrics
 from step_hdl.flow import model, prepare, run_rtl as run, shared_fabric
 from step_hdl.sim.fabric import Deadlock
@@ -338,7 +338,7 @@ def test_gqa_b16_on_verilator(kv_files, strategy):
 def test_configuration_addresses_hold_large_fabrics():
     """The MoE fabric of the real trace has over 256 units: the unit field of a configuration address is
     16 bits wide, and an index that does not fit is an error, not an aliased write."""
-    from step_hdl.mapper.top import TOP_CFG_ADDR_BITS, TOP_CFG_LAYOUT, pack_config
+    from step_hdl.mapper.design import TOP_CFG_ADDR_BITS, TOP_CFG_LAYOUT, pack_config
     w = pack_config(300, 0xABCD << 8 | 7)
     assert w & ((1 << TOP_CFG_ADDR_BITS) - 1) == 300 << 8 | 7 and w >> TOP_CFG_ADDR_BITS == 0xABCD
     assert TOP_CFG_LAYOUT.size == TOP_CFG_ADDR_BITS + 32

@@ -179,8 +179,9 @@ for _e in _shape_entries():
 
 
 def _memory_entries():
-    from .memory import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams, OnChipBuffer,
-                         OnChipBufferParams, RandomOffChipLoad, RandomOffChipStore)
+    from .offchip import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams,
+                          RandomOffChipLoad, RandomOffChipStore)
+    from .onchip import OnChipBuffer, OnChipBufferParams
     from .memport import MemoryHarness, SimMemory, memory_image, sim_ctl_word
 
     def tensor(unit, n):

@@ -7,11 +7,23 @@ import json
 from dataclasses import dataclass
 
 from step_hdl.errors import StepError
-from step_hdl.types import DTYPES, DType, dtype as make_dtype
+from step_hdl.types import DTYPES, DType, concrete, dtype as make_dtype
 
 
 class ParamError(StepError):
     """A unit was built with parameters it cannot have."""
+
+
+def concrete_param(d, bindings, unit, what) -> int:
+    """A node parameter's integer value under ``bindings`` (:func:`step_hdl.types.concrete`), or a
+    :class:`ParamError` naming ``unit`` and ``what``."""
+    try:
+        v = concrete(d, bindings)
+    except (TypeError, ValueError, AttributeError, StepError):
+        v = None
+    if v is None:
+        raise ParamError(f"{type(unit).__name__}: {what} {d} is not a concrete integer; pass bindings")
+    return v
 
 
 def positive(owner: str, name: str, value, minimum: int = 1) -> None:

@@ -1,4 +1,4 @@
-"""Routing units: Partition, Reassemble, EagerMerge (data-dependent control flow).
+"""Routing units: Partition, Reassemble, EagerMerge (data-dependent control flow), and the Broadcast fan-out.
 
 They move tokens of one tile format between ``n`` streams, steered by selector
 tokens (:class:`~step_hdl.units.layout.SelectorFormat`). Their structural
@@ -32,6 +32,7 @@ from .config import Reg
 from .layout import SelectorFormat, TokenFormat, payload_format, tile_format
 from .merger import StopMerger
 from .params import ParamError, StreamParams, UnitParams, positive
+from .stream import Broadcast
 
 #: largest number of routed streams (selector width) a routing unit may have
 MAX_N = 64
@@ -610,7 +611,7 @@ class SelIndex(_IndexFunction):
     function = "sel_index"
 
     def formats(self):
-        from .memory import INDEX
+        from .offchip import INDEX
         p = self.params
         return {"i0": (False, TokenFormat(SelectorFormat(p.n), p.max_rank)),     # Map's port names
                 "o": (True, TokenFormat(INDEX, p.max_rank))}
@@ -630,10 +631,75 @@ class KeepIfZero(_IndexFunction):
     function = "keep_if_zero"
 
     def formats(self):
-        from .memory import INDEX
+        from .offchip import INDEX
         p = self.params
         return {"i0": (False, TokenFormat(INDEX, p.max_rank)),
                 "o": (True, TokenFormat(SelectorFormat(1), p.max_rank))}
 
     def value(self, flag):
         return flag.as_value() == 0
+
+
+# --------------------------------------------------------------------------- Broadcast
+
+@dataclass(frozen=True)
+class BroadcastParams(UnitParams):
+    """A fan-out of ``n`` copies of one stream: tiles (``rows``, ``cols``, ``dtype``) or ``selector``-wide
+    selectors, with ``max_rank``."""
+
+    n: int = 2
+    max_rank: int = 3
+    rows: int | None = None
+    cols: int | None = None
+    dtype: str | None = None
+    selector: int | None = None
+
+    def validate(self):
+        positive(self.owner, "n", self.n)
+        positive(self.owner, "max_rank", self.max_rank, minimum=0)
+        if (self.selector is None) == (self.rows is None):
+            raise ParamError(f"{self.owner}: give a tile (rows, cols, dtype) or a selector width, not both")
+        if self.selector is not None:
+            positive(self.owner, "selector", self.selector)
+        else:
+            positive(self.owner, "rows", self.rows)
+            positive(self.owner, "cols", self.cols)
+
+    def token_format(self) -> TokenFormat:
+        payload = SelectorFormat(self.selector) if self.selector is not None else \
+            tile_format(self.dtype, self.rows, self.cols)
+        return TokenFormat(payload, self.max_rank)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in super().to_json().items() if v is not None}
+
+
+class BroadcastUnit(StepUnit):
+    """The language's Broadcast: ``i`` copied to ``o0 .. o{n-1}``, each output taking the token when it is
+    ready (:class:`~step_hdl.units.stream.Broadcast`). No registers (configuration writes are taken and
+    ignored).
+
+    Latency 0, II 1 when every output is ready. Combinational: ``o_k.valid`` from ``i.valid`` and a register,
+    ``i.ready`` from the ``o_k.ready`` (never the other way round).
+    """
+
+    kind = "Broadcast"
+
+    def __init__(self, params: BroadcastParams):
+        if not isinstance(params, BroadcastParams):
+            _reject(self, f"BroadcastUnit: parameters must be BroadcastParams, got {params!r}")
+        super().__init__(params)
+
+    def formats(self):
+        fmt = self.params.token_format()
+        return {"i": (False, fmt), **{f"o{k}": (True, fmt) for k in range(self.params.n)}}
+
+    def elaborate(self, platform):
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        m.submodules.fork = fork = Broadcast(self.fmt("i").layout, self.params.n)
+        m.d.comb += [fork.i.valid.eq(self.i.valid), fork.i.payload.eq(self.i.payload), self.i.ready.eq(fork.i.ready)]
+        for k in range(self.params.n):
+            o, f = getattr(self, f"o{k}"), getattr(fork, f"o{k}")
+            m.d.comb += [o.valid.eq(f.valid), o.payload.eq(f.payload), f.ready.eq(o.ready)]
+        return m

@@ -25,7 +25,7 @@ from amaranth.lib import memory
 from .base import StepUnit
 from .config import DATA_BITS, Reg
 from .layout import SelectorFormat, TokenFormat
-from .memory import INDEX
+from .offchip import INDEX
 from .params import ParamError, UnitParams, positive
 
 __all__ = ["SourceParams", "IndexSourceParams", "ConfiguredSource", "SelectorSource", "IndexSource"]
@@ -188,7 +188,7 @@ class IndexSource(ConfiguredSource):
 
     Parameters: :class:`IndexSourceParams` ``(capacity, max_rank)``; the
     output ``o`` has the token format ``TokenFormat(INDEX, max_rank)`` of
-    :mod:`step_hdl.units.memory` (what ``RandomOffChipLoad.i_addr`` takes).
+    :mod:`step_hdl.units.offchip` (what ``RandomOffChipLoad.i_addr`` takes).
     Registers: ``count`` (elements), ``value`` (each write appends one signed
     32-bit index, two's complement in the 32-bit data word: one write per
     element, since ``DATA_BITS`` = 32), ``start`` (a write starts the stream;

@@ -15,9 +15,9 @@ from step_hdl.token import data, encode, format_tokens
 from step_hdl.types import Ragged
 from step_hdl.units.base import lang_port
 from step_hdl.units.layout import tile_format
-from step_hdl.units.memory import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams,
-                                   OnChipBuffer, OnChipBufferParams,
-                                   RandomOffChipLoad, RandomOffChipStore)
+from step_hdl.units.offchip import (LinearLoadParams, LinearOffChipLoad, LinearOffChipStore, OffChipParams,
+                                    RandomOffChipLoad, RandomOffChipStore)
+from step_hdl.units.onchip import OnChipBuffer, OnChipBufferParams
 from step_hdl.units.memport import (MemoryHarness, MemPortShape, SimMemory, memory_image, pack_tensor,
                                     read_tensor, sim_ctl_word, unpack_tensor)
 from step_hdl.units.params import ParamError

@@ -7,7 +7,7 @@ import pytest
 
 from step_hdl.interp import run_operator
 from step_hdl.units.layout import TokenFormat
-from step_hdl.units.memory import INDEX
+from step_hdl.units.offchip import INDEX
 from step_hdl.units.params import ParamError
 from step_hdl.units.source import IndexSource, IndexSourceParams, SelectorSource, SourceParams
 

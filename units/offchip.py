@@ -1,4 +1,4 @@
-"""Memory units: off-chip loads and stores over a memory port, and the on-chip buffer.
+"""Off-chip units: loads and stores over a memory port.
 
 * :class:`LinearOffChipLoad`, :class:`LinearOffChipStore`,
   :class:`RandomOffChipLoad`, :class:`RandomOffChipStore` talk to off-chip
@@ -9,7 +9,7 @@
   takes ``tensor_addr`` (a mapper decision, not a language parameter) and folds
   it, the language ``base`` and the tile size into byte-address registers, so
   the hardware only adds.
-* :class:`OnChipBuffer` is Bufferize + Streamify as one unit.
+(The on-chip buffer is :mod:`step_hdl.units.onchip`.)
 
 The off-chip units share one request/response core (:class:`_Tracker`): the
 unit's events (memory requests, stops, block ends, done) enter an in-order
@@ -28,24 +28,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.errors import StepError
-from step_hdl.types import DTYPES, concrete
+from step_hdl.types import DTYPES
 
+from .address import AffineWalk
 from .base import StepUnit
 from .config import ConfigRegs, Reg, config_signature
 from .layout import TileFormat, TokenFormat, stop_bits, tile_format
-from .memport import (MemPortShape, MemPortSignature, MemoryHarness, SimMemory, memory_image, pack_tensor,
-                      read_tensor, sim_ctl_word, tile_bytes, unpack_tensor)
+from .memport import MemPortShape, MemPortSignature, tile_bytes
 from .merger import StopMerger
-from .params import ParamError, StreamParams, positive
+from .params import ParamError, StreamParams, concrete_param, positive
 
-__all__ = ["OffChipParams", "LinearLoadParams", "OnChipBufferParams", "LinearOffChipLoad", "LinearOffChipStore",
-           "RandomOffChipLoad", "RandomOffChipStore", "OnChipBuffer", "MemoryHarness", "SimMemory",
-           "memory_image", "pack_tensor", "unpack_tensor", "read_tensor", "sim_ctl_word"]
+__all__ = ["OffChipParams", "LinearLoadParams", "LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
+           "RandomOffChipStore", "INDEX"]
 
 INDEX = tile_format("int32", 1, 1)   # addresses / indices: [1, 1] int32 tiles
 
@@ -122,20 +120,10 @@ class LinearLoadParams(OffChipParams):
 def _check_tile(unit, op_params, bindings=None):
     """The language node's tile must be the unit's physical tile."""
     p = unit.params
-    tile = [_concrete(d, bindings, unit, "tile") for d in op_params["tile"]]
+    tile = [concrete_param(d, bindings, unit, "tile") for d in op_params["tile"]]
     if tile != [p.rows, p.cols]:
         raise ParamError(f"{type(unit).__name__}: the node's tile {tile} is not the unit's physical tile "
                          f"[{p.rows}, {p.cols}]")
-
-
-def _concrete(d, bindings, unit, what):
-    try:
-        v = concrete(d, bindings)
-    except (TypeError, ValueError, AttributeError, StepError):
-        v = None
-    if v is None:
-        raise ParamError(f"{type(unit).__name__}: {what} {d} is not a concrete integer; pass bindings")
-    return v
 
 
 def _byte_base(unit, op_params, tensor_addr):
@@ -309,7 +297,7 @@ class LinearOffChipLoad(_MemUnit):
         if (ref_t is not None) != p.ref:
             raise ParamError(f"LinearOffChipLoad: the node {'has' if ref_t is not None else 'has no'} ref "
                              f"stream but the unit was built with ref={p.ref}")
-        out_shape = [_concrete(d, bindings, self, "out_shape size") for d in op_params["out_shape"]]
+        out_shape = [concrete_param(d, bindings, self, "out_shape size") for d in op_params["out_shape"]]
         n_ref = len(ref_t.shape) if ref_t is not None else 0
         n_out = len(out_shape)
         strides = list(op_params["stride"])
@@ -348,43 +336,16 @@ class LinearOffChipLoad(_MemUnit):
         cnt = [R[f"count{j}"] for j in range(D)]
         ostr = [R[f"stride{j}"] for j in range(D)]
         rstr = [R[f"rstride{k}"] for k in range(D)] if p.ref else []
-        oidx = [Signal(p.count_bits, name=f"oidx{j}") for j in range(D)]
-        oacc = [Signal(p.addr_bits, name=f"oacc{j}") for j in range(D)]
         racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
-
-        # ---- static (per program) structure of one block
-        zero = [(n_out > j) & (cnt[j] == 0) for j in range(D)]
-        has_zero = Cat(*zero).any()
-        lo = Signal(range(D + 1))              # lowest iterated dim (above the outermost empty one)
-        for j in range(D):
-            with m.If(zero[j]):
-                m.d.comb += lo.eq(j + 1)
         top = Signal(range(D + 1))             # highest block-end level this unit sends
         m.d.comb += top.eq(n_out if p.ref else n_out - 1)
+        w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o")     # the block's walk
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
-
-        # ---- where the iteration is
-        last = [(lo > j) | (n_out <= j) | (oidx[j] == cnt[j] - 1) for j in range(D)]
-        complete = Cat(*last).all()
-        inc_oh = []
-        for j in range(D):
-            below = Cat(*last[:j]).all() if j else Const(1)
-            inc_oh.append(~last[j] & below)
-        inc = Signal(range(D + 1))
-        for j in range(D):
-            with m.If(inc_oh[j]):
-                m.d.comb += inc.eq(j)
-        close_lvl = Signal(range(D + 1))
-        m.d.comb += close_lvl.eq(Mux(complete, top, inc))
-        close_needed = close_lvl > lo
-        leaf_skip = has_zero & (lo > top)      # no ref and the outermost dim is empty: no tokens at all
+        leaf_skip = w.has_zero & (w.lo > top)  # no ref and the outermost dim is empty: no tokens at all
 
         # ---- state
         IDLE, RUN, FIN = 0, 1, 2
         state = Signal(2)
-        phase = Signal()                        # 0: leaf, 1: block end after the leaf
-        pend_lvl = Signal(range(D + 1))
-        pend_final = Signal()
         blk_done = Signal()                     # no-ref: the one block is finished
 
         ev = tr.ev.payload
@@ -394,46 +355,24 @@ class LinearOffChipLoad(_MemUnit):
         accept = tr.ev.valid & tr.ev.ready
 
         def block_events():
-            with m.If(phase == 0):
+            with m.If(w.phase == 0):
                 with m.If(leaf_skip):
                     pass
-                with m.Elif(has_zero):
-                    m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(lo),
-                                 ev.eager.eq(eager_mode & complete & ~close_needed)]
+                with m.Elif(w.has_zero):
+                    m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.lo),
+                                 ev.eager.eq(eager_mode & w.complete & ~w.close_needed)]
                 with m.Else():
-                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(oacc[0])]
-                m.d.comb += final.eq(complete & ~close_needed)
+                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0])]
+                m.d.comb += final.eq(w.complete & ~w.close_needed)
             with m.Else():
-                m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(pend_lvl),
-                             ev.eager.eq(eager_mode & pend_final), final.eq(pend_final)]
-
-        def block_advance(finish):
-            """Sync updates when a block event is accepted; ``finish()`` runs at the block's end."""
-            with m.If(phase == 0):
-                with m.If(~complete):
-                    for j in range(D):
-                        with m.If(inc_oh[j]):
-                            nxt = oacc[j] + ostr[j]
-                            m.d.sync += [oidx[j].eq(oidx[j] + 1), oacc[j].eq(nxt)]
-                            for i in range(j):
-                                m.d.sync += [oidx[i].eq(0), oacc[i].eq(nxt)]
-                with m.If(close_needed):
-                    m.d.sync += [phase.eq(1), pend_lvl.eq(close_lvl), pend_final.eq(complete)]
-                with m.Elif(complete):
-                    finish()
-            with m.Else():
-                m.d.sync += phase.eq(0)
-                with m.If(pend_final):
-                    finish()
-
-        def reset_all(value):
-            m.d.sync += [a.eq(value) for a in oacc] + [i.eq(0) for i in oidx]
+                m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.pend),
+                             ev.eager.eq(eager_mode & w.pend_final), final.eq(w.pend_final)]
 
         with m.Switch(state):
             with m.Case(IDLE):
                 with m.If(R["start"]):
-                    m.d.sync += [state.eq(RUN), phase.eq(0), blk_done.eq(0)]
-                    reset_all(R["base"])
+                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0)]
+                    w.reset(m, R["base"])
                     m.d.sync += [a.eq(R["base"]) for a in racc]
             with m.Case(RUN):
                 if p.ref:
@@ -451,7 +390,7 @@ class LinearOffChipLoad(_MemUnit):
                                     with m.If(tok.stop == k):
                                         nxt = racc[k] + rstr[k]
                                         m.d.sync += [racc[i].eq(nxt) for i in range(k + 1)]
-                                        reset_all(nxt)
+                                        w.reset(m, nxt)
                         with m.Else():
                             block_events()
                             m.d.comb += ref.ready.eq(accept & final)
@@ -459,9 +398,9 @@ class LinearOffChipLoad(_MemUnit):
                             def finish_ref():
                                 nxt = racc[0] + rstr[0]
                                 m.d.sync += racc[0].eq(nxt)
-                                reset_all(nxt)
+                                w.reset(m, nxt)
                             with m.If(accept):
-                                block_advance(finish_ref)
+                                w.advance(m, finish_ref)
                 else:
                     with m.If(blk_done):
                         m.d.comb += [ev_valid.eq(1), ev.done.eq(1)]
@@ -475,7 +414,7 @@ class LinearOffChipLoad(_MemUnit):
                         with m.If(leaf_skip):
                             finish_once()
                         with m.Elif(accept):
-                            block_advance(finish_once)
+                            w.advance(m, finish_once)
             with m.Case(FIN):
                 with m.If(~R["start"]):
                     m.d.sync += state.eq(IDLE)
@@ -640,385 +579,4 @@ class RandomOffChipStore(_MemUnit):
             self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
             self.o.payload.done.eq(tr.o.payload.done),
         ]
-        return m
-
-
-# ----------------------------------------------------------------------------- on-chip buffer
-
-@dataclass(frozen=True)
-class OnChipBufferParams(StreamParams):
-    """OnChipBuffer: ``sram_bytes`` of tile storage split into two banks (double
-    buffering), ``repeat_bits`` for the repeat count register, whether there is a
-    Streamify ``ref`` input (payload a ``ref_rows × ref_cols`` ``ref_dtype`` tile, ignored),
-    and ``read_dims``: the most ``read_shape`` dimensions of an affine read pattern
-    (0: no affine read hardware)."""
-
-    sram_bytes: int = 1024
-    repeat_bits: int = 16
-    ref: bool = False
-    ref_rows: int = 1
-    ref_cols: int = 1
-    ref_dtype: str = "int32"
-    read_dims: int = 0
-
-    def validate(self):
-        super().validate()
-        positive(self.owner, "read_dims", self.read_dims, minimum=0)
-        if self.read_dims > self.max_rank + 1:
-            raise ParamError(f"{self.owner}: read_dims {self.read_dims} > max_rank + 1 = {self.max_rank + 1}")
-        positive(self.owner, "sram_bytes", self.sram_bytes)
-        positive(self.owner, "repeat_bits", self.repeat_bits)
-        if self.repeat_bits > 32:
-            raise ParamError(f"{self.owner}: repeat_bits {self.repeat_bits} > 32 is not supported")
-        tb = self.rows * self.cols * self.dt.bits // 8
-        if 2 * tb > self.sram_bytes:
-            raise ParamError(f"{self.owner}: a {tb}-byte tile [{self.rows}, {self.cols}] {self.dtype} is larger "
-                             f"than an SRAM bank of {self.sram_bytes // 2} bytes (sram_bytes {self.sram_bytes}, "
-                             f"two banks)")
-        if not isinstance(self.ref, bool):
-            raise ParamError(f"{self.owner}: ref must be True or False, got {self.ref!r}")
-        positive(self.owner, "ref_rows", self.ref_rows)
-        positive(self.owner, "ref_cols", self.ref_cols)
-        if self.ref_dtype not in DTYPES:
-            raise ParamError(f"{self.owner}: unsupported ref element type {self.ref_dtype!r}; "
-                             f"supported: {sorted(DTYPES)}")
-
-    @property
-    def bank_depth(self) -> int:
-        """Entries (tiles or inner stop tokens) per bank."""
-        return self.sram_bytes // 2 // (self.rows * self.cols * self.dt.bits // 8)
-
-
-class OnChipBuffer(StepUnit):
-    """Bufferize + Streamify as one unit (the buffer handles stay inside).
-
-    Each rank-``b`` chunk of ``i`` (closed by a stop ``S_k``, ``k >= b``) is written
-    to one SRAM bank; the other bank is streamed out meanwhile (double
-    buffering). The chunk's size is learned from its stop tokens (dynamic size).
-    Each buffer is read ``repeat`` times (a new dimension of that size; register
-    ``repeat = 0`` means no repeat dimension: read once, Streamify without
-    ``repeat``). Output = Streamify(Bufferize(i, b)) token for token: buffer ends
-    and the repeat dimension are block ends through a :class:`StopMerger` (eager
-    when the buffer stream has rank 0, i.e. ``in_rank == b``); an input stop
-    ``S_k`` with ``k > b`` leaves after the buffer as ``S_(k - b + n + mid)``, where
-    ``n`` is the number of dims of one reading (``b``, or ``len(read_shape)`` for
-    affine reads) and ``mid`` the dims added per buffer (1 with ``repeat``, ``c``
-    with a ref, else 0).
-
-    With ``params.ref`` (Streamify's ``ref`` input ``i_ref``, payload ignored; its
-    shape is the buffer stream's plus ``c`` inner dims, register ``c``), each buffer
-    is read once per data element of the next rank-``c`` chunk of ``i_ref``; the
-    chunk's inner stops ``S_k`` leave as ``S_(k + n)`` and its end as a block end
-    ``S_(n + c)``; with ``c = 0`` one ref data token per buffer (ref stops are
-    skipped, and trailing ref stops before the ref's done token are accepted).
-
-    Registers: ``b`` (Bufferize rank, >= 1), ``in_rank`` (rank of ``i``), ``repeat``,
-    ``c`` (ref mode), ``n_read``/``rcount*``/``rstride*`` (affine reads).
-    Storage: ``bank_depth = sram_bytes / 2 / tile_bytes`` entries per bank; an
-    entry is a tile or an inner stop token (stop levels are kept in side bits next
-    to each tile). A chunk with more entries than a bank keeps its first
-    ``bank_depth`` entries (the rest are dropped: size the SRAM for the largest
-    buffer).
-
-    Affine reads (``read_dims > 0`` and register ``n_read > 0``): the buffer keeps
-    only its data tiles (flattened, inner stops dropped) and each reading emits
-    the tiles at ``Σ idx_j · rstride_j`` over ``read_shape`` (``rcount0..``,
-    ``rstride0..`` innermost first, in tiles), with the interpreter's block ends,
-    including empty ``read_shape`` dims. A pattern reaching past the buffer reads
-    whatever the bank holds (the interpreter raises an error).
-
-    Latency: a buffer starts streaming 2 cycles after its closing stop was taken
-    (SRAM read + output register). II 1 per output token; each buffer end costs
-    one cycle (its block end event) and each buffer switch none; in ref mode each
-    ref token costs one cycle of its own. Writing is II 1
-    while a bank is free. Combinational: ``i.ready`` from bank state only; SRAM
-    read enable and the reader from ``o.ready`` (through the StopMerger);
-    ``o.valid`` from registers.
-    """
-
-    kind = "Bufferize"
-    kinds = ("Bufferize", "Streamify")
-
-    def formats(self):
-        p = self.params
-        f = TokenFormat(tile_format(p.dtype, p.rows, p.cols), p.max_rank)
-        out = {"i": (False, f), "o": (True, f)}
-        if p.ref:
-            out["i_ref"] = (False, TokenFormat(tile_format(p.ref_dtype, p.ref_rows, p.ref_cols), p.max_rank))
-        return out
-
-    def registers(self):
-        sb = stop_bits(self.params.max_rank)
-        return [Reg("b", sb, 1, doc="Bufferize rank (>= 1)"), Reg("in_rank", sb, 1, doc="rank of the input"),
-                Reg("repeat", self.params.repeat_bits, 0, doc="Streamify repeat count; 0: no repeat dimension"),
-                Reg("c", sb, 0, doc="ref mode: dims of the ref below the buffer stream's")] + (
-            [Reg("n_read", (self.params.read_dims).bit_length(), 0, doc="read_shape dims; 0: linear reads")]
-            + [Reg(f"rcount{j}", 16, 1, doc=f"read_shape size, dim {j} from the innermost")
-               for j in range(self.params.read_dims)]
-            + [Reg(f"rstride{j}", 16, 0, signed=True, doc=f"read_stride (tiles), dim {j} from the innermost")
-               for j in range(self.params.read_dims)] if self.params.read_dims else [])
-
-    def configure(self, op_params, in_types, bindings=None):
-        """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None);
-        ``in_types``: ``in`` and, in ref mode, ``ref``."""
-        unknown = {k for k, v in op_params.items() if v is not None} - {"rank", "repeat", "read_shape",
-                                                                       "read_stride"}
-        if unknown:
-            raise ParamError(f"OnChipBuffer: unsupported parameter(s) {sorted(unknown)}")
-        b, rep = op_params["rank"], op_params.get("repeat")
-        read = {}
-        shape = op_params.get("read_shape")
-        if shape is not None:
-            shape = [_concrete(d, bindings, self, "read_shape size") for d in shape]
-            strides = list(op_params.get("read_stride") or [])
-            if not 1 <= len(shape) <= self.params.read_dims or len(strides) != len(shape):
-                raise ParamError(f"OnChipBuffer: read_shape {shape} / read_stride {strides}: need 1.."
-                                 f"{self.params.read_dims} dims (read_dims) and one stride per dim")
-            read["n_read"] = len(shape)
-            for j, (n, st) in enumerate(zip(reversed(shape), reversed(strides))):
-                read[f"rcount{j}"], read[f"rstride{j}"] = n, st
-        r = in_types["in"].rank
-        ref_t = in_types.get("ref")
-        if (ref_t is not None) != self.params.ref:
-            raise ParamError(f"OnChipBuffer: the Streamify node {'has' if ref_t is not None else 'has no'} ref "
-                             f"stream but the unit was built with ref={self.params.ref}")
-        if not 1 <= b <= r:
-            raise ParamError(f"OnChipBuffer: rank {b} must be in 1..{r} (the input's rank)")
-        c = 0
-        if ref_t is not None:
-            if rep is not None:
-                raise ParamError("OnChipBuffer: give either a ref stream or a repeat count, not both")
-            c = ref_t.rank - (r - b)
-            if c < 0:
-                raise ParamError(f"OnChipBuffer: ref rank {ref_t.rank} below the buffer stream's rank {r - b}")
-        mid = c if ref_t is not None else (0 if rep is None else 1)
-        out_rank = r - b + mid + (read["n_read"] if read else b)
-        if out_rank > self.params.max_rank:
-            raise ParamError(f"OnChipBuffer: output rank {out_rank} exceeds max_rank {self.params.max_rank}")
-        if rep is not None and rep < 1:
-            raise ParamError(f"OnChipBuffer: repeat must be >= 1, got {rep}")
-        return self.config_image(b=b, in_rank=r, repeat=0 if rep is None else rep, c=c, **read)
-
-    def elaborate(self, platform):
-        m = Module()
-        self.regs.elaborate(m, self.cfg)
-        p, R = self.params, self.regs
-        fmt = self.fmt("o")
-        sb, pw = fmt.stop_bits, fmt.payload.width
-        depth = p.bank_depth
-        b, rep_n, c = R["b"], R["repeat"], R["c"]
-        repeat_mode = rep_n != 0
-        eager_mode = R["in_rank"] == b
-        if p.ref:
-            mid = Signal(sb)
-            m.d.comb += mid.eq(c)
-            once = c == 0                       # one reading per buffer: its end is the block's end
-        else:
-            mid = repeat_mode
-            once = ~repeat_mode
-        Dr = p.read_dims
-        affine = (R["n_read"] != 0) if Dr else Const(0)
-        inner = Signal(sb)                      # dims of one reading: b (linear) or n_read (affine)
-        m.d.comb += inner.eq(Mux(affine, R["n_read"], b) if Dr else b)
-
-        m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
-        wr = sram.write_port()
-        rd = sram.read_port()
-        m.submodules.merger = mg = StopMerger(fmt)
-        wiring.connect(m, mg.o, wiring.flipped(self.o))
-
-        full = Signal(2)
-        length = [Signal(range(depth + 1), name=f"len{k}") for k in range(2)]
-        close = [Signal(sb, name=f"close{k}") for k in range(2)]
-        isdone = Signal(2)
-
-        # ---- writer
-        wb = Signal()
-        widx = Signal(range(depth + 1))
-        tok = self.i.payload
-        is_close = ~tok.done & (tok.stop >= b)
-        is_entry = ~tok.done & (tok.stop < b) & (~affine | (tok.stop == 0))   # affine: data only
-        m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
-        took = self.i.valid & self.i.ready
-        m.d.comb += [wr.addr.eq(Mux(wb, depth, 0) + widx), wr.data.eq(Cat(tok.payload, tok.stop)),
-                     wr.en.eq(took & is_entry & (widx < depth))]
-        with m.If(took):
-            with m.If(is_entry):
-                with m.If(widx < depth):
-                    m.d.sync += widx.eq(widx + 1)
-            with m.Elif(is_close | tok.done):    # (an inner stop in affine mode is dropped)
-                m.d.sync += [widx.eq(0), wb.eq(~wb)]
-                for k in range(2):
-                    with m.If(wb == k):
-                        m.d.sync += [length[k].eq(Mux(tok.done, 0, widx)), close[k].eq(tok.stop),
-                                     isdone[k].eq(tok.done), full[k].eq(1)]
-
-        # ---- reader, stage 1: the next event
-        rb = Signal()
-        ridx = Signal(range(depth + 1))
-        rep = Signal(p.repeat_bits)
-        ENTRIES, ENDB1, OSTOP, REF = 0, 1, 2, 3
-        START = REF if p.ref else ENTRIES
-        rstate = Signal(2, init=START)
-        rlen, rclose = Signal(range(depth + 1)), Signal(sb)
-        m.d.comb += [rlen.eq(Mux(rb, length[1], length[0])), rclose.eq(Mux(rb, close[1], close[0]))]
-        rfull, rdone = full.bit_select(rb, 1), isdone.bit_select(rb, 1)
-
-        s1_valid, s1_entry, s1_stop, s1_done, s1_end, s1_eager = (Signal(name=f"s1_{n}") for n in
-                                                                  ("valid", "entry", "stop", "done", "end", "eager"))
-        s1_level = Signal(sb)
-        s2_valid, s2_entry, s2_done, s2_end, s2_eager = (Signal(name=f"s2_{n}") for n in
-                                                         ("valid", "entry", "done", "end", "eager"))
-        s2_level = Signal(sb)
-        advance = Signal()
-        m.d.comb += advance.eq(s1_valid & (~s2_valid | mg.i.ready))
-        m.d.comb += rd.en.eq(advance)
-
-        # ---- affine read generator (one running offset per read_shape dim, as in LinearOffChipLoad)
-        if Dr:
-            n_read = R["n_read"]
-            gcnt = [R[f"rcount{j}"] for j in range(Dr)]
-            gstr = [R[f"rstride{j}"] for j in range(Dr)]
-            gidx = [Signal(16, name=f"gidx{j}") for j in range(Dr)]
-            gacc = [Signal(signed(24), name=f"gacc{j}") for j in range(Dr)]
-            gzero = [(n_read > j) & (gcnt[j] == 0) for j in range(Dr)]
-            g_has_zero = Cat(*gzero).any()
-            glo = Signal(range(Dr + 1))
-            for j in range(Dr):
-                with m.If(gzero[j]):
-                    m.d.comb += glo.eq(j + 1)
-            glast = [(glo > j) | (n_read <= j) | (gidx[j] == gcnt[j] - 1) for j in range(Dr)]
-            g_complete = Cat(*glast).all()
-            g_inc = [~glast[j] & (Cat(*glast[:j]).all() if j else Const(1)) for j in range(Dr)]
-            g_inc_n = Signal(range(Dr + 1))
-            for j in range(Dr):
-                with m.If(g_inc[j]):
-                    m.d.comb += g_inc_n.eq(j)
-            g_close = Signal(range(Dr + 1))
-            m.d.comb += g_close.eq(Mux(g_complete, n_read, g_inc_n))
-            g_close_needed = g_close > glo
-            g_phase, g_pend, g_pend_final = Signal(), Signal(range(Dr + 1)), Signal()
-            m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, gacc[0], ridx))
-        else:
-            m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
-
-        def free_bank():
-            m.d.sync += [ridx.eq(0), rep.eq(0), rstate.eq(START), rb.eq(~rb)]
-            for k in range(2):
-                with m.If(rb == k):
-                    m.d.sync += full[k].eq(0)
-
-        def after_block():
-            with m.If(rclose > b):
-                m.d.sync += rstate.eq(OSTOP)
-            with m.Else():
-                free_bank()
-
-        def reading_done():
-            """One reading of the buffer is over: read again, go back to the ref, or finish."""
-            if p.ref:
-                with m.If(c != 0):
-                    m.d.sync += [rstate.eq(REF), ridx.eq(0)]
-                with m.Else():
-                    after_block()
-            else:
-                with m.If(repeat_mode & (rep + 1 < rep_n)):
-                    m.d.sync += [rep.eq(rep + 1), ridx.eq(0)]
-                with m.Elif(repeat_mode):
-                    m.d.sync += rstate.eq(ENDB1)
-                with m.Else():
-                    after_block()
-
-        if p.ref:
-            ref = self.i_ref
-            rtok = ref.payload
-        with m.If(rfull):
-            with m.If(rdone):
-                if p.ref:   # the ref ends too: skip its trailing stops, take its done with ours
-                    with m.If(ref.valid & ~rtok.done):
-                        m.d.comb += ref.ready.eq(1)
-                    with m.If(ref.valid & rtok.done):
-                        m.d.comb += [s1_valid.eq(1), s1_done.eq(1), ref.ready.eq(advance)]
-                else:
-                    m.d.comb += [s1_valid.eq(1), s1_done.eq(1)]
-                with m.If(advance):
-                    free_bank()
-            if p.ref:
-                with m.Elif(rstate == REF):
-                    with m.If(ref.valid & ~rtok.done):
-                        with m.If(rtok.stop == 0):              # one reading of the buffer
-                            m.d.comb += ref.ready.eq(1)
-                            m.d.sync += [rstate.eq(ENTRIES), ridx.eq(0)]
-                        with m.Elif(c == 0):                    # c = 0: ref stops belong to outer levels
-                            m.d.comb += ref.ready.eq(1)
-                        with m.Elif(rtok.stop < c):             # inner stop of the ref chunk
-                            m.d.comb += [s1_valid.eq(1), s1_level.eq(rtok.stop + inner), ref.ready.eq(advance)]
-                        with m.Else():                          # the ref chunk ends: block end S_(b + c)
-                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(inner + c), s1_eager.eq(eager_mode),
-                                         ref.ready.eq(advance)]
-                            with m.If(advance):
-                                after_block()
-            if Dr:
-                with m.Elif((rstate == ENTRIES) & affine):
-                    def end_of_reading():
-                        m.d.sync += [g.eq(0) for g in gidx] + [g.eq(0) for g in gacc] + [g_phase.eq(0)]
-                        reading_done()
-                    with m.If(g_phase == 0):
-                        with m.If(g_has_zero):
-                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(glo),
-                                         s1_eager.eq(eager_mode & once & g_complete & ~g_close_needed)]
-                        with m.Else():
-                            m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
-                        with m.If(advance):
-                            with m.If(~g_complete):
-                                for j in range(Dr):
-                                    with m.If(g_inc[j]):
-                                        nxt = gacc[j] + gstr[j]
-                                        m.d.sync += [gidx[j].eq(gidx[j] + 1), gacc[j].eq(nxt)]
-                                        for i in range(j):
-                                            m.d.sync += [gidx[i].eq(0), gacc[i].eq(nxt)]
-                            with m.If(g_close_needed):
-                                m.d.sync += [g_phase.eq(1), g_pend.eq(g_close), g_pend_final.eq(g_complete)]
-                            with m.Elif(g_complete):
-                                end_of_reading()
-                    with m.Else():
-                        m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g_pend),
-                                     s1_eager.eq(eager_mode & once & g_pend_final)]
-                        with m.If(advance):
-                            m.d.sync += g_phase.eq(0)
-                            with m.If(g_pend_final):
-                                end_of_reading()
-            with m.Elif(rstate == ENTRIES):
-                with m.If(ridx < rlen):
-                    m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
-                    with m.If(advance):
-                        m.d.sync += ridx.eq(ridx + 1)
-                with m.Else():   # end of one reading of the buffer
-                    m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(b), s1_eager.eq(eager_mode & once)]
-                    with m.If(advance):
-                        reading_done()
-            with m.Elif(rstate == ENDB1):   # end of the repeat dimension
-                m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(inner + 1), s1_eager.eq(eager_mode)]
-                with m.If(advance):
-                    after_block()
-            with m.Else():                 # the input's stop above the buffer
-                m.d.comb += [s1_valid.eq(1), s1_level.eq(rclose - b + inner + mid)]
-                with m.If(advance):
-                    free_bank()
-
-        # ---- reader, stage 2: output register (SRAM data arrives here)
-        with m.If(advance):
-            m.d.sync += [s2_valid.eq(1), s2_entry.eq(s1_entry), s2_done.eq(s1_done), s2_end.eq(s1_end),
-                         s2_eager.eq(s1_eager), s2_level.eq(s1_level)]
-        with m.Elif(mg.i.ready):
-            m.d.sync += s2_valid.eq(0)
-        word_payload, word_stop = rd.data[:pw], rd.data[pw:]
-        ev = mg.i.payload
-        m.d.comb += [mg.i.valid.eq(s2_valid), ev.done.eq(s2_done), ev.end.eq(s2_end), ev.eager.eq(s2_eager)]
-        with m.If(s2_entry):
-            m.d.comb += ev.stop.eq(word_stop)
-            with m.If(word_stop == 0):
-                m.d.comb += ev.payload.eq(word_payload)
-        with m.Else():
-            m.d.comb += ev.stop.eq(s2_level)
         return m

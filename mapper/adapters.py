@@ -1,0 +1,312 @@
+"""One adapter per unit kind: how a lowered graph's node becomes a hardware unit.
+
+An :class:`Adapter` knows, for the node kinds its unit runs, the unit's
+structural parameters on a fabric (:meth:`Adapter.params`), which nodes the
+unit runs (a Bufferize and its Streamify share one on-chip buffer) and the
+unit's configuration image for a node (:meth:`Adapter.configure`).
+:func:`adapter_for` finds a node's adapter; :func:`unit_class` a unit class by
+the name a :class:`~step_hdl.mapper.design.UnitSpec` records. Nothing else in the
+mapper dispatches on a node kind or a unit class name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from step_hdl.types import Selector, Tile
+from step_hdl.units import compute, offchip, onchip, routing, shape, source
+from step_hdl.units.functions import HW_FUNCTIONS
+from step_hdl.units.params import StreamParams
+
+from .fabric import FabricError
+
+
+@dataclass
+class ConfigContext:
+    """What a program's configuration needs beyond the node: tensor addresses, bindings of the dynamic
+    sizes, and the selector masks of every SelectorSource (from the reference run)."""
+
+    tensors: dict
+    bindings: dict | None = None
+    sources: dict | None = None
+
+
+def _tile(st, where) -> Tile:
+    t = st.dtype
+    if not isinstance(t, Tile):
+        raise FabricError(f"{where}: streams of {t} have no hardware unit in the top-level generator yet "
+                          f"(tiles only)")
+    return Tile(t.dtype, int(t.rows), int(t.cols))
+
+
+def _in_types(node) -> dict:
+    return {p: r.type for p, r in node.inputs.items() if r is not None}
+
+
+def _ref_params(ref, where) -> dict:
+    """A unit's ``ref`` input (the row stream a load or buffer re-reads by): its tile."""
+    if ref is None:
+        return {}
+    rt = _tile(ref.type, where)
+    return dict(ref=True, ref_rows=int(rt.rows), ref_cols=int(rt.cols), ref_dtype=rt.dtype.name)
+
+
+class Adapter:
+    """Base adapter: a unit named like the node kind, configured with the node's parameters."""
+
+    #: node kinds this adapter maps
+    kinds: tuple = ()
+    #: the unit classes it builds, by the name a UnitSpec records
+    units: dict = {}
+
+    def unit_name(self, node) -> str:
+        return node.kind
+
+    def params(self, node, graph, fab):
+        raise NotImplementedError
+
+    def nodes(self, node, graph) -> tuple:
+        """Names of the nodes the unit runs (the first is ``node``)."""
+        return (node.name,)
+
+    def configure(self, unit, node, graph, ctx: ConfigContext) -> list[int]:
+        return unit.configure(dict(node.params), _in_types(node))
+
+
+class LoadAdapter(Adapter):
+    kinds = ("LinearOffChipLoad",)
+    units = {"LinearOffChipLoad": offchip.LinearOffChipLoad}
+
+    def params(self, node, graph, fab):
+        t = _tile(node.out_types["out"], f"LinearOffChipLoad '{node.name}'")
+        kw = _offchip_common(fab)
+        kw.update(_ref_params(node.inputs.get("ref"), f"LinearOffChipLoad '{node.name}' port 'ref'"))
+        return offchip.LinearLoadParams(int(t.rows), int(t.cols), t.dtype.name, max_dims=fab.max_rank + 1, **kw)
+
+    def configure(self, unit, node, graph, ctx):
+        return unit.configure(dict(node.params), _in_types(node), tensor_addr=ctx.tensors[node.p("tensor")][0],
+                              bindings=ctx.bindings)
+
+
+class OffChipAdapter(LoadAdapter):
+    """Stores and random loads: the physical tile of the port whose tiles they move."""
+
+    kinds = ("LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
+    units = {"LinearOffChipStore": offchip.LinearOffChipStore, "RandomOffChipLoad": offchip.RandomOffChipLoad,
+             "RandomOffChipStore": offchip.RandomOffChipStore}
+    DATA_PORT = {"RandomOffChipLoad": "out", "RandomOffChipStore": "data", "LinearOffChipStore": "in"}
+
+    def params(self, node, graph, fab):
+        port = self.DATA_PORT[node.kind]
+        t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
+        return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name, **_offchip_common(fab))
+
+
+def _offchip_common(fab) -> dict:
+    tag_bits = max(1, (fab.mem_inflight - 1).bit_length())
+    return dict(max_rank=fab.max_rank, addr_bits=32, tag_bits=tag_bits, max_inflight=fab.mem_inflight)
+
+
+class BufferAdapter(Adapter):
+    """A Bufferize and the Streamify that reads it: one on-chip buffer."""
+
+    kinds = ("Bufferize",)
+    units = {"OnChipBuffer": onchip.OnChipBuffer}
+
+    def unit_name(self, node):
+        return "OnChipBuffer"
+
+    @staticmethod
+    def streamify(node, graph):
+        users = [(c, p) for ref, c, p in graph.edges() if ref.node is node]
+        if len(users) != 1 or graph.nodes[users[0][0]].kind != "Streamify":
+            raise FabricError(f"Bufferize '{node.name}': the on-chip buffer unit needs the buffer stream to feed "
+                              f"exactly one Streamify (found {[c for c, _ in users]})")
+        return graph.nodes[users[0][0]]
+
+    def nodes(self, node, graph):
+        return (node.name, self.streamify(node, graph).name)
+
+    def params(self, node, graph, fab):
+        sf = self.streamify(node, graph)
+        t = _tile(node.t("in"), f"Bufferize '{node.name}'")
+        shape_ = sf.params.get("read_shape")
+        return onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
+                                         sram_bytes=fab.sram_bytes, read_dims=len(shape_) if shape_ else 0,
+                                         **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
+
+    def configure(self, unit, node, graph, ctx):
+        sf = self.streamify(node, graph)
+        op = {"rank": node.p("rank"), "repeat": sf.params.get("repeat"),
+              "read_shape": sf.params.get("read_shape"), "read_stride": sf.params.get("read_stride")}
+        in_types = _in_types(node)
+        if sf.inputs.get("ref") is not None:
+            in_types["ref"] = sf.inputs["ref"].type
+        return unit.configure(op, in_types, bindings=ctx.bindings)
+
+
+class MapAdapter(Adapter):
+    kinds = ("Map",)
+    units = {"Map": compute.Map}
+
+    def params(self, node, graph, fab):
+        f = node.p("fn")
+        where = f"Map '{node.name}'"
+        if f.name not in HW_FUNCTIONS:
+            raise FabricError(f"{where}: function {f.name!r} has no hardware implementation (hardware functions: "
+                              f"{', '.join(sorted(HW_FUNCTIONS))})")
+        if f.name not in fab.map_functions:
+            raise FabricError(f"{where} needs function {f.name!r}; the fabric's Map units support "
+                              f"{', '.join(fab.map_functions)}")
+        a = _tile(node.t("in0"), f"{where} port 'in0'")
+        out = _tile(node.out_types["out"], f"{where} port 'out'")
+        kw = {}
+        if "in1" in node.inputs:
+            b = _tile(node.t("in1"), f"{where} port 'in1'")
+            kw.update(in1_rows=int(b.rows), in1_cols=int(b.cols), in1_dtype=b.dtype.name)
+        if f.name == "requantize":
+            kw["out_dtype"] = out.dtype.name
+        if f.name == "matmul":
+            kw["matmul_transpose_a"] = bool(f.param("transpose_a"))   # the outer product of two rows is structural
+            if fab.matmul_rows and not f.param("transpose_a"):
+                kw["matmul_rows"] = fab.matmul_rows
+        return compute.MapParams(int(a.rows), int(a.cols), a.dtype.name, fab.max_rank, fns=(f.name,), **kw)
+
+    def configure(self, unit, node, graph, ctx):
+        return unit.configure({"fn": node.p("fn"), "n": node.p("n")}, _in_types(node))
+
+
+class IndexFunctionAdapter(MapAdapter):
+    """A Map of a selector/index function (``sel_index``, ``keep_if_zero``): a unit of its own."""
+
+    FUNCTIONS = {"sel_index": "SelIndex", "keep_if_zero": "KeepIfZero"}
+    kinds = ()
+    units = {"SelIndex": routing.SelIndex, "KeepIfZero": routing.KeepIfZero}
+
+    def unit_name(self, node):
+        return self.FUNCTIONS[node.p("fn").name]
+
+    def params(self, node, graph, fab):
+        n = node.t("in0").dtype.n if node.p("fn").name == "sel_index" else 1
+        return routing.SelIndexParams(n=n, max_rank=fab.max_rank)
+
+
+class AccumAdapter(Adapter):
+    kinds = ("Accum",)
+    units = {"Accum": compute.Accum}
+
+    def params(self, node, graph, fab):
+        t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
+        st = _tile(node.out_types["out"], f"{node.kind} '{node.name}'")
+        positions = fab.accum_positions if node.params.get("keep") else 0
+        extra = {"positions": positions} if positions else {}
+        return compute.AccumParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
+                                   updates=(node.p("update").name,), state_rows=int(st.rows),
+                                   state_cols=int(st.cols), state_dtype=st.dtype.name, **extra)
+
+    def configure(self, unit, node, graph, ctx):
+        op = {k: node.params.get(k) for k in ("update", "init", "rank")}
+        if node.params.get("keep"):
+            op["keep"] = node.params["keep"]
+        return unit.configure(op, _in_types(node))
+
+
+class BroadcastAdapter(Adapter):
+    kinds = ("Broadcast",)
+    units = {"Broadcast": routing.BroadcastUnit}
+
+    def params(self, node, graph, fab):
+        t = node.t("in").dtype
+        if isinstance(t, Selector):
+            return routing.BroadcastParams(n=node.p("n"), max_rank=fab.max_rank, selector=t.n)
+        t = _tile(node.t("in"), f"Broadcast '{node.name}'")
+        return routing.BroadcastParams(n=node.p("n"), max_rank=fab.max_rank, rows=int(t.rows), cols=int(t.cols),
+                                       dtype=t.dtype.name)
+
+
+class RoutingAdapter(Adapter):
+    kinds = ("Partition", "Reassemble", "EagerMerge")
+    units = {"Partition": routing.Partition, "Reassemble": routing.Reassemble, "EagerMerge": routing.EagerMerge}
+
+    def params(self, node, graph, fab):
+        t = _tile(node.t("in0" if node.kind in ("Reassemble", "EagerMerge") else "in"), f"{node.kind} '{node.name}'")
+        return routing.RoutingParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, n=node.p("n"))
+
+
+class ShapeAdapter(Adapter):
+    kinds = ("Promote", "Flatten", "RepeatStatic", "Reshape")
+    units = {"Promote": shape.Promote, "Flatten": shape.Flatten, "RepeatStatic": shape.RepeatStatic,
+             "Reshape": shape.Reshape}
+
+    def params(self, node, graph, fab):
+        t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
+        cls = {"RepeatStatic": shape.RepeatParams, "Reshape": shape.ReshapeParams}.get(node.kind, StreamParams)
+        kw = {"pad": node.p("pad") is not None} if node.kind == "Reshape" else {}
+        return cls(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, **kw)
+
+
+class SourceAdapter(Adapter):
+    """SelectorSource and IndexSource: their values are configuration data."""
+
+    kinds = ("SelectorSource", "IndexSource")
+    units = {"SelectorSource": source.SelectorSource, "IndexSource": source.IndexSource}
+
+    def params(self, node, graph, fab):
+        length = sympy.sympify(node.out_types["out"].shape[0])
+        if not length.is_Integer:
+            raise FabricError(f"{node.kind} '{node.name}': its length {length} must be static (it sizes the "
+                              f"unit's memory)")
+        capacity = 1 << max(0, int(length) - 1).bit_length()
+        if node.kind == "IndexSource":
+            return source.IndexSourceParams(capacity=capacity, max_rank=fab.max_rank)
+        return source.SourceParams(n=node.p("n"), capacity=capacity, max_rank=fab.max_rank)
+
+    def configure(self, unit, node, graph, ctx):
+        if node.kind == "IndexSource":
+            values = node.p("values")
+        elif node.name in (ctx.sources or {}):
+            values = ctx.sources[node.name]
+        else:
+            raise FabricError(f"SelectorSource '{node.name}': no selector values for this program")
+        return unit.configure(dict(node.params), _in_types(node), values=values)
+
+
+class FlatMapAdapter(Adapter):
+    kinds = ("FlatMap",)
+    units = {"FlatMap": compute.FlatMap}
+
+    def params(self, node, graph, fab):
+        t = _tile(node.t("in"), f"FlatMap '{node.name}'")
+        return compute.FlatMapParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, fn=node.p("fn").name)
+
+
+ADAPTERS = (LoadAdapter(), OffChipAdapter(), BufferAdapter(), MapAdapter(), IndexFunctionAdapter(),
+            AccumAdapter(), BroadcastAdapter(), RoutingAdapter(), ShapeAdapter(), SourceAdapter(), FlatMapAdapter())
+_BY_KIND = {k: a for a in ADAPTERS for k in a.kinds}
+_BY_UNIT = {name: a for a in ADAPTERS for name in a.units}
+
+
+def mapped_kinds() -> list[str]:
+    """Node kinds that have a hardware unit."""
+    return sorted(_BY_KIND)
+
+
+def adapter_for(node) -> Adapter | None:
+    """The adapter of ``node`` (``None`` if no unit runs its kind)."""
+    if node.kind == "Map" and node.p("fn").name in IndexFunctionAdapter.FUNCTIONS:
+        return _BY_UNIT["SelIndex"]
+    return _BY_KIND.get(node.kind)
+
+
+def adapter_of_unit(name: str) -> Adapter:
+    """The adapter of the unit class named ``name`` (a :class:`~step_hdl.mapper.design.UnitSpec`'s ``cls``)."""
+    if name not in _BY_UNIT:
+        raise FabricError(f"no unit class {name!r}")
+    return _BY_UNIT[name]
+
+
+def unit_class(name: str):
+    """The :mod:`step_hdl.units` class a UnitSpec's ``cls`` names."""
+    return adapter_of_unit(name).units[name]

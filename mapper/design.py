@@ -1,0 +1,169 @@
+"""What a mapped program's hardware is: the :class:`Design` (structural) and the :class:`Program` (what one
+program writes into it), with the configuration address format.
+
+A design depends only on structural parameters, so a tile-size sweep whose
+lowered graphs have the same structure shares one design (one Verilog build);
+:meth:`Design.key` hashes it. :func:`built_units` builds a design's units once
+(the plan, the top level and the configuration report share them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data
+
+from step_hdl.types import dtype as make_dtype
+
+from .adapters import unit_class
+from .fabric import Fabric, FabricError
+
+#: top-level configuration port: 8 register address bits below the unit index
+#: address bits of a top-level configuration write: 16 bits of unit index (a fabric of thousands of units)
+#: above the 8 register bits
+TOP_CFG_ADDR_BITS = 24
+TOP_CFG_LAYOUT = data.StructLayout({"addr": unsigned(TOP_CFG_ADDR_BITS), "data": unsigned(32)})
+COUNTER_BITS = 32
+#: kinds that touch off-chip memory (one memory port each)
+OFFCHIP = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
+STORES = ("LinearOffChipStore",)
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One unit instance: its class in :mod:`step_hdl.units`, structural parameters, and the nodes it runs."""
+
+    name: str
+    cls: str
+    params: object
+    nodes: tuple
+
+    def to_json(self) -> dict:
+        p = self.params.to_json() if hasattr(self.params, "to_json") else dict(self.params)
+        return {"name": self.name, "cls": self.cls, "params": p, "nodes": list(self.nodes)}
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    """A FIFO of ``depth`` tokens from ``src``'s hardware port ``src_port`` to ``dst``'s ``dst_port``."""
+
+    label: str
+    src: str
+    src_port: str
+    dst: str
+    dst_port: str
+    depth: int
+    width: int
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """An Output node: ``src``'s port ``src_port`` is always ready; its done token counts towards ``done``."""
+
+    name: str
+    src: str
+    src_port: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Design:
+    """Everything structural about a mapped program's hardware (hashable, JSON)."""
+
+    name: str
+    fabric: Fabric
+    units: tuple
+    edges: tuple
+    watchdog: int = 4096
+    sinks: tuple = ()
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "fabric": self.fabric.to_json(), "units": [u.to_json() for u in self.units],
+               "edges": [e.to_json() for e in self.edges], "watchdog": self.watchdog}
+        if self.sinks:      # (only when present: the cache keys of sink-less designs stay as they were)
+            out["sinks"] = [s.to_json() for s in self.sinks]
+        return out
+
+    def key(self) -> str:
+        """Hash of the structural parameters (the Verilog cache key)."""
+        text = json.dumps({**self.to_json(), "name": ""}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def mem_units(self) -> list[str]:
+        return [u.name for u in self.units if u.cls in OFFCHIP]
+
+    def counter_names(self) -> list[str]:
+        names = ["cycles", "bytes_read", "bytes_written", "idle"]
+        for u in self.units:
+            names += [f"{u.name}.active", f"{u.name}.stalled"]
+        for e in self.edges:
+            names += [f"{e.label}.produced", f"{e.label}.consumed"]
+        return names
+
+
+@dataclass
+class Program:
+    """What one program writes into a :class:`Design`: configuration and memory layout.
+
+    ``config``: packed top-level configuration writes (``addr | data << 24``);
+    ``tensors``: name -> (byte address, rows, cols, dtype) in the off-chip image,
+    tile by tile (:mod:`step_hdl.units.memport`) with the tensor's physical tile
+    ``tiles[name]`` (``P x P``, or ``[1, P]`` rows / ``[1, 1]`` scalars for
+    row-tiled tensors, several of which share one memory word); every tensor
+    starts on a memory word (:attr:`word_bytes`, the widest port's tile).
+    """
+
+    design: Design
+    config: list
+    tensors: dict
+    bindings: dict
+    notes: list = field(default_factory=list)
+    tiles: dict = field(default_factory=dict)
+    word_bytes: int = 0
+
+
+def tile_bytes(fabric: Fabric) -> int:
+    return fabric.tile * fabric.tile * make_dtype(fabric.dtype).bytes
+
+
+def pack_config(unit_index: int, word: int) -> int:
+    """A unit's packed configuration write (``addr | data << 8``) as a top-level write
+    (``addr | data << TOP_CFG_ADDR_BITS``)."""
+    if not 0 <= unit_index < 1 << (TOP_CFG_ADDR_BITS - 8):
+        raise FabricError(f"unit index {unit_index} does not fit the {TOP_CFG_ADDR_BITS - 8}-bit unit field of "
+                          f"the configuration address")
+    reg, value = word & 0xFF, word >> 8
+    return (unit_index << 8 | reg) | (value << TOP_CFG_ADDR_BITS)
+
+
+def make_unit(spec: UnitSpec):
+    """A new Amaranth unit of a :class:`UnitSpec`."""
+    return unit_class(spec.cls)(spec.params)
+
+
+_BUILT: dict = {}
+
+
+def built_units(design: Design, units: dict | None = None) -> dict:
+    """``{unit name: unit}`` of ``design``, built once per design (``units``: ones already built for it, by
+    :func:`~step_hdl.mapper.plan.plan`). The units are never elaborated here: the top level's conversions
+    elaborate the same objects."""
+    key = design.key()
+    if units is not None:
+        _BUILT[key] = units
+    if key not in _BUILT:
+        if len(_BUILT) > 16:            # a sweep of many designs: keep the newest few
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = {u.name: make_unit(u) for u in design.units}
+        for u in _BUILT[key].values():
+            u._MustUse__silence = True
+    return _BUILT[key]

@@ -1,0 +1,156 @@
+"""Planning: a lowered, bound graph to the :class:`~step_hdl.mapper.design.Design` and
+:class:`~step_hdl.mapper.design.Program` that run it.
+
+:func:`plan` makes one unit per node (through the node's adapter,
+:mod:`step_hdl.mapper.adapters`), one FIFO per edge (depths from
+:mod:`step_hdl.mapper.fifo`) and the sinks of Output nodes; :func:`configure`
+lays out the off-chip tensors and collects every unit's configuration writes.
+"""
+
+from __future__ import annotations
+
+from step_hdl.graph import Graph
+from step_hdl.types import Index, Tile, dtype as make_dtype
+from step_hdl.units.base import hw_port
+from step_hdl.units.params import ParamError
+
+from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
+from .design import OFFCHIP, Design, EdgeSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, pack_config, \
+    tile_bytes
+from .fabric import Fabric, FabricError, static_size
+from .fifo import UNBOUNDED, edge_depth, fifo_depths
+
+#: node kinds that are not units of their own: the buffer read (inside the Bufferize's OnChipBuffer), the
+#: top level's sink ports and the wires that close cycles
+NOT_UNITS = ("Streamify", "Output", "Feedback")
+
+
+def _check_not_unit(node):
+    if node.kind == "Streamify":
+        src = node.inputs["in"].node
+        if src.kind != "Bufferize":
+            raise FabricError(f"Streamify '{node.name}': the on-chip buffer unit needs its input straight "
+                              f"from a Bufferize (got {src.kind} '{src.name}')")
+    elif node.kind == "Output":
+        t = node.t("in").dtype
+        if isinstance(t, Tile) and t != Index():
+            raise FabricError(f"Output '{node.name}': streams of data tiles leaving the fabric are not "
+                              f"supported by the top level (Outputs are sinks for selectors, indices and "
+                              f"acknowledgements); store results with a LinearOffChipStore")
+
+
+def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | None = None,
+         tensor_order=None, sources: dict | None = None) -> tuple[Design, Program]:
+    """The design and program of a graph lowered to ``fabric``'s physical tile.
+
+    ``sources`` maps each SelectorSource node to its selector masks (ints) for this
+    program (they go into the configuration image).
+
+    Raises :class:`FabricError` naming the node for an operator or stream type
+    the top-level generator has no unit for, and for a graph whose edge FIFOs
+    cannot be bounded.
+    """
+    units, node_unit = [], {}
+    for node in graph.topological_order():
+        if node.kind in NOT_UNITS:
+            _check_not_unit(node)
+            continue
+        adapter = adapter_for(node)
+        if adapter is None:
+            raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "
+                              f"this operator yet (it has {', '.join(mapped_kinds())}, Streamify)")
+        try:
+            params = adapter.params(node, graph, fabric)
+        except ParamError as exc:
+            raise FabricError(f"{node.kind} '{node.name}': no unit can run it on this fabric: {exc}") from None
+        u = UnitSpec(node.name, adapter.unit_name(node), params, adapter.nodes(node, graph))
+        units.append(u)
+        for n in u.nodes:
+            node_unit[n] = u
+    depths = fifo_depths(graph, fabric.fifo_depth, bindings)
+    edges, sinks, notes = [], [], []
+    made = {u.name: make_unit(u) for u in units}
+    for ref, consumer, port in graph.edges():
+        cnode = graph.nodes[consumer]
+        if ref.node.kind == "Bufferize" or cnode.kind == "Feedback":
+            continue        # inside the OnChipBuffer; the cycle's edge is made from its consumer's side
+        while ref.node.kind == "Feedback":
+            ref = ref.node.inputs["in"]
+        src_u = node_unit[ref.node.name]
+        if cnode.kind == "Output":
+            sinks.append(SinkSpec(cnode.name, src_u.name, hw_port(ref.port, True)))
+            continue
+        dst_u = node_unit[consumer]
+        dport = "i_ref" if cnode.kind == "Streamify" and port == "ref" else hw_port(port, False)
+        sport = hw_port(ref.port, True)
+        sfmt, dfmt = _port_fmt(made[src_u.name], sport), _port_fmt(made[dst_u.name], dport)
+        if sfmt.layout != dfmt.layout:
+            raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
+                              f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
+                              f"({dfmt.payload}, max_rank {dfmt.max_rank})")
+        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth)
+        if depths[ref.label] > d:
+            notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
+                         f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "
+                         f"(reconvergent fan-out; fine when the paths are balanced)")
+        edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
+    for made_unit in made.values():
+        made_unit._MustUse__silence = True
+    design = Design(name, fabric, tuple(units), tuple(edges), sinks=tuple(sinks))
+    built_units(design, made)
+    program = configure(design, graph, bindings, tensor_order, sources)
+    program.notes = notes
+    return design, program
+
+
+def _port_fmt(unit, port):
+    if port not in unit.fmts:
+        raise FabricError(f"unit {type(unit).__name__} has no port {port!r} (ports: {sorted(unit.fmts)})")
+    return unit.fmts[port][1]
+
+
+def tensor_tiles(graph: Graph) -> dict:
+    """name -> physical tile (rows, cols) of every tensor, from the loads and stores that touch it."""
+    tiles: dict = {}
+    for node in graph.nodes.values():
+        if node.kind not in OFFCHIP:
+            continue
+        t = tuple(int(d) for d in node.p("tile"))
+        name = node.p("tensor")
+        if tiles.setdefault(name, t) != t:
+            raise FabricError(f"{node.kind} '{node.name}': tensor {name!r} is accessed in {list(t)} tiles here and "
+                              f"in {list(tiles[name])} tiles elsewhere; one off-chip layout needs one tile shape")
+    return tiles
+
+
+def configure(design: Design, graph: Graph, bindings=None, tensor_order=None,
+              sources: dict | None = None) -> Program:
+    """The :class:`Program` (configuration image, memory layout) of ``graph`` on ``design``."""
+    fab = design.fabric
+    made = built_units(design)
+    tiles = tensor_tiles(graph)
+    word = max([made[n].params.port.word_bytes for n in design.mem_units] or [tile_bytes(fab)])
+    tensors, addr = {}, 0
+    for tname in list(tensor_order or graph.tensors):
+        spec = graph.tensors[tname]
+        rows, cols = (static_size(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
+        pr, pc = tiles.setdefault(tname, (fab.tile, fab.tile))
+        if rows % pr or cols % pc:
+            raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "
+                              f"{pr}x{pc} physical tiles")
+        tb = pr * pc * make_dtype(spec.dtype.name).bytes
+        if word % tb:
+            raise FabricError(f"tensor {tname!r}: its {pr}x{pc} tiles ({tb} bytes) do not divide the "
+                              f"{word}-byte memory word")
+        tensors[tname] = (addr, rows, cols, spec.dtype.name)
+        addr += -(-(rows // pr) * (cols // pc) * tb // word) * word
+    ctx = ConfigContext(tensors, bindings, sources)
+    config = []
+    for k, u in enumerate(design.units):
+        unit = made[u.name]
+        words = adapter_of_unit(u.cls).configure(unit, graph.nodes[u.nodes[0]], graph, ctx)
+        if "start" in unit.regs.index:
+            start = unit.regs.index["start"]
+            words = [w for w in words if w & 0xFF != start]     # the top's start pulse writes it
+        config += [pack_config(k, w) for w in words]
+    return Program(design, config, tensors, dict(bindings or {}), tiles=tiles, word_bytes=word)

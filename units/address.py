@@ -1,0 +1,95 @@
+"""The multi-dimensional affine walk shared by the off-chip load and the on-chip buffer's reader.
+
+A walk iterates ``D`` dimensions, innermost first: dimension ``j`` counts
+``counts[j]`` steps of ``strides[j]``; only the lowest ``n`` dimensions are
+used (``n`` a configuration register). Its offset is ``acc[0]`` (each
+dimension keeps its running offset, so a carry needs no multiplier). After the
+last step of dimension ``j`` the walk closes level ``j + 1``: the unit sends
+the stop ``S_close`` after the element, one event later (``phase`` 1). A
+dimension with count 0 makes the block empty above it (``has_zero``, ``lo``).
+
+Everything here is combinational from the registers and the walk's own
+state, except :meth:`AffineWalk.advance` and :meth:`AffineWalk.reset`, which
+the unit calls where an element or a closing stop is accepted.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Mux, Signal
+
+
+class AffineWalk:
+    """State and next-step logic of one affine walk (see the module docstring).
+
+    Parameters
+    ----------
+    m : Module
+        Where the combinational logic goes.
+    counts, strides : list of Value
+        Per dimension, innermost first (``D = len(counts)``).
+    n : Value
+        Dimensions in use.
+    top : Value
+        The level closed after the walk's last element (the highest stop it sends).
+    idx_shape, acc_shape : Shape
+        Of the per-dimension step counters and running offsets.
+    name : str
+        Prefix of the signal names.
+    """
+
+    def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str):
+        D = len(counts)
+        self.D, self.strides = D, strides
+        self.idx = [Signal(idx_shape, name=f"{name}idx{j}") for j in range(D)]
+        self.acc = [Signal(acc_shape, name=f"{name}acc{j}") for j in range(D)]
+        # static (per program) structure: the lowest iterated dim is above the outermost empty one
+        zero = [(n > j) & (counts[j] == 0) for j in range(D)]
+        self.has_zero = Cat(*zero).any()
+        self.lo = Signal(range(D + 1), name=f"{name}lo")
+        for j in range(D):
+            with m.If(zero[j]):
+                m.d.comb += self.lo.eq(j + 1)
+        # where the walk is
+        last = [(self.lo > j) | (n <= j) | (self.idx[j] == counts[j] - 1) for j in range(D)]
+        self.complete = Cat(*last).all()
+        self.inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
+        inc = Signal(range(D + 1), name=f"{name}inc")
+        for j in range(D):
+            with m.If(self.inc_oh[j]):
+                m.d.comb += inc.eq(j)
+        self.close = Signal(range(D + 1), name=f"{name}close")
+        m.d.comb += self.close.eq(Mux(self.complete, top, inc))
+        self.close_needed = self.close > self.lo
+        # 0: an element, 1: the closing stop after it (level ``pend``; ``pend_final``: it ends the walk)
+        self.phase = Signal(name=f"{name}phase")
+        self.pend = Signal(range(D + 1), name=f"{name}pend")
+        self.pend_final = Signal(name=f"{name}pend_final")
+
+    def step(self, m):
+        """Sync: the next element (the lowest dimension not at its last step counts, the ones below restart
+        at the new offset)."""
+        for j in range(self.D):
+            with m.If(self.inc_oh[j]):
+                nxt = self.acc[j] + self.strides[j]
+                m.d.sync += [self.idx[j].eq(self.idx[j] + 1), self.acc[j].eq(nxt)]
+                for i in range(j):
+                    m.d.sync += [self.idx[i].eq(0), self.acc[i].eq(nxt)]
+
+    def advance(self, m, finish):
+        """Sync updates when the walk's current event (an element, or in phase 1 its closing stop) is accepted;
+        ``finish()`` runs when that event ends the walk."""
+        with m.If(self.phase == 0):
+            with m.If(~self.complete):
+                self.step(m)
+            with m.If(self.close_needed):
+                m.d.sync += [self.phase.eq(1), self.pend.eq(self.close), self.pend_final.eq(self.complete)]
+            with m.Elif(self.complete):
+                finish()
+        with m.Else():
+            m.d.sync += self.phase.eq(0)
+            with m.If(self.pend_final):
+                finish()
+
+    def reset(self, m, value=0):
+        """Sync: back to the first element, at offset ``value``."""
+        m.d.sync += [a.eq(value) for a in self.acc] + [i.eq(0) for i in self.idx]
