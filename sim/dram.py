@@ -2,7 +2,7 @@
 
 :class:`DramModel` serves several memory ports (:mod:`step_hdl.units.memport`)
 from one word array, with the timing of :class:`step_hdl.sim.dram_timing.DramParams`
-(the approximate model's :class:`~step_hdl.sim.model.Dram` uses the same
+(the approximate model's :class:`~step_hdl.sim.dram_timing.Dram` uses the same
 parameters with the same meaning). It is meant for long fabric-level runs: the
 workload's tensors are loaded through a backdoor, the run needs no per-cycle
 work from the testbench, and results are read back through a second backdoor.
@@ -149,7 +149,7 @@ class DramModel(wiring.Component):
     cycle (in-flight limit) and one request per cycle (acceptance).
 
     These parameters mean what they mean for the approximate
-    :class:`~step_hdl.sim.model.Dram`: same block-to-channel interleaving,
+    :class:`~step_hdl.sim.dram_timing.Dram`: same block-to-channel interleaving,
     one block per channel every ``interval`` cycles, completion ``latency``
     cycles after issue, at most ``inflight`` blocks outstanding. Differences:
     here the in-flight limit is exact per cycle (the approximate model

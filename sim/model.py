@@ -68,7 +68,7 @@ from step_hdl import ops
 from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
-from step_hdl.interp import Context, Memory, _bindings
+from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
 from step_hdl.mapper.tiling import physical_tiles, stream_tokens
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -76,6 +76,9 @@ from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
 
 from .dram_timing import DRAM_PRESETS, Dram, DramParams
+from .model_memory import TimedMemory
+
+_new_shape_only = object.__new__
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -111,210 +114,6 @@ class ModelParams:
     @property
     def matmul_flops(self) -> int:
         return 2 * self.tile ** 3
-
-
-# ----------------------------------------------------------------------------- memory with timing
-
-class _Shape:
-    """Stands in for a tensor in timing-only runs: just its shape."""
-
-    def __init__(self, shape):
-        self.shape = shape
-
-
-_new_shape_only = object.__new__
-
-
-class _LoadState:
-    """One load's DRAM requests: completion times of the tiles issued (``ready``), their physical tiles
-    not yet sent (``held``, summed in ``held_sum``), reads not yet issued (``pending``) and, for a random
-    load, requests issued ahead for addresses waiting at its input (``early``: (completion, pieces))."""
-
-    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor")
-
-    def __init__(self, ready: deque):
-        self.ready = ready
-        self.held: deque = deque()
-        self.held_sum = 0
-        self.pending: deque = deque()
-        self.early: deque = deque()
-        self.cursor = 0         # a random load: push count of the first input token prefetch has not looked at
-
-
-class TimedMemory(Memory):
-    """Off-chip memory whose reads and writes go through the DRAM timing model.
-
-    In timing-only runs tiles carry no values, except tensors of int32 given
-    as input: those hold control data (index tables such as KV offsets and
-    lengths) that decide addresses and sizes, so they are read for real.
-    """
-
-    #: the physical tile side (the model sets it); 0 makes every transfer one port request
-    tile = 0
-
-    def pieces(self, tr: int, tc: int) -> int:
-        """Port requests (physical tiles) of a ``[tr, tc]`` transfer."""
-        return physical_tiles(tr, tc, self.tile) if self.tile else 1
-
-    def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
-        control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
-        super().__init__(graph, control if timing_only else tensors)
-        self.real = set(self.arrays) if timing_only else set(graph.tensors)
-        self.dram, self.timing_only, self.now = dram, timing_only, 0
-        self.ready: dict[str, deque] = {}
-        self._loads: dict[str, _LoadState] = {}   # per load: its requests issued, held, pending
-        self._reads: dict[str, tuple] = {}         # per load: tensor and tile facts (read_info)
-        self.base: dict[str, int] = {}
-        addr = 0
-        for name, spec in graph.tensors.items():
-            rows, cols = (int(d.subs(bind)) for d in (spec.rows, spec.cols))
-            self.base[name] = addr
-            addr += -(-rows * cols * spec.dtype.bytes // 4096) * 4096
-            if timing_only and name not in self.real:
-                self.arrays[name] = _Shape((rows, cols))
-        if not timing_only:
-            self.allocate(bind)
-
-    def _timed(self, node, index, tr, tc):
-        spec = node.graph.tensors[node.p("tensor")]
-        nbytes = tr * tc * spec.dtype.bytes
-        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes, self.pieces(tr, tc))
-        self.ready.setdefault(node.name, deque()).append(done)
-        return nbytes
-
-    def _load(self, name: str) -> "_LoadState":
-        st = self._loads.get(name)
-        if st is None:
-            st = self._loads[name] = _LoadState(self.ready.setdefault(name, deque()))
-        return st
-
-    def _read_info(self, node, arr, tr, tc) -> tuple:
-        """Per load, computed once: what :meth:`read_tile` needs of its tensor and tile."""
-        spec = node.graph.tensors[node.p("tensor")]
-        gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
-        info = (arr, tr, tc, gr * gc, self.base[spec.name], tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
-                self._load(node.name), spec.name in self.real, (int(tr), int(tc)), spec.dtype)
-        self._reads[node.name] = info
-        return info
-
-    def prefetcher(self, node, channel, credits: int):
-        """For random load ``node`` with input ``channel`` (a :class:`TimedChannel`, which counts its
-        pushes): a function that issues the reads of addresses already waiting at the unit's input, at
-        :attr:`now`.
-
-        The RTL :class:`~step_hdl.units.offchip.RandomOffChipLoad` turns each
-        address into a request as it arrives, while it has a credit, whatever
-        its output is doing; the interpreter's load reads one address per tile
-        sent. The first of the waiting addresses may have been issued already.
-        Only the addresses that fit in the free credits are looked at, and the
-        scan resumes where the last one stopped (the tokens before are stops
-        and addresses already issued, which the load takes first), so a long
-        queue costs nothing.
-        """
-        st = self._load(node.name)
-        early, queue, access = st.early, channel.queue, self.dram.access
-        start = nbytes = pieces = base = None    # the tensor's address, a tile's bytes and pieces: at first use
-
-        def prefetch() -> None:
-            nonlocal start, nbytes, pieces, base
-            if pieces is None:
-                spec = node.graph.tensors[node.p("tensor")]
-                tile = node.tile_type()
-                tr, tc = int(tile.rows), int(tile.cols)
-                start, nbytes, pieces, base = (self.base[spec.name], tr * tc * spec.dtype.bytes,
-                                               self.pieces(tr, tc), node.p("base"))
-            k = len(early)
-            if pieces * (k + 1) > credits:
-                return                  # the requests already issued ahead hold the credits (the usual case)
-            free = credits - st.held_sum - pieces * k
-            if free < pieces:
-                return
-            n = len(queue)
-            front = channel.pushed - n  # push count of the token at the head of the queue
-            i = st.cursor - front
-            if i < 0:
-                i = 0
-            now = self.now
-            while i < n:
-                tok = queue[i]
-                i += 1
-                if tok.stop or tok.done:
-                    continue
-                index = base + int(tok.payload.item(0))
-                early.append((access(now, start + index * nbytes, nbytes, pieces), pieces))
-                free -= pieces
-                if free < pieces:
-                    break
-            st.cursor = front + i
-
-        return prefetch
-
-    def issue(self, name: str, now: int, credits: int) -> int:
-        """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
-
-        The interpreter's load code reads a whole block of tiles before it sends
-        the first, but the RTL load (``units.offchip``, :class:`_Tracker`) issues a
-        request only while it has a credit (``max_inflight`` requests whose
-        responses have not left the unit): requests go out as the unit's tiles
-        leave, so the loads of a fabric share the DRAM tile by tile instead of one
-        load's whole stream being served before the next's. As the tile starts to
-        leave, the following tiles are issued too while they fit in ``credits``
-        physical tiles, not counting this one.
-        """
-        st = self._load(name)
-        ready, held, pend = st.ready, st.held, st.pending   # held: physical tiles of each issued tile not yet sent
-        if pend:
-            access = self.dram.access
-            if not ready:
-                addr, nbytes, pieces = pend.popleft()
-                ready.append(access(now, addr, nbytes, pieces))
-                held.append(pieces)
-                st.held_sum += pieces
-            use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
-            while pend and use + pend[0][2] <= credits:
-                addr, nbytes, pieces = pend.popleft()
-                use += pieces
-                ready.append(access(now, addr, nbytes, pieces))
-                held.append(pieces)
-                st.held_sum += pieces
-        st.held_sum -= held.popleft()
-        return ready.popleft()
-
-    def read_tile(self, node, arr, index, tr, tc):
-        """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless the
-        load's prefetch (:meth:`prefetcher`) already issued it."""
-        info = self._reads.get(node.name)
-        if info is None or info[0] is not arr or info[1] != tr or info[2] != tc:
-            info = self._read_info(node, arr, tr, tc)
-        limit, start, nbytes, pieces, st = info[3:8]
-        if not 0 <= index < limit:
-            self._slot(node, arr, index, tr, tc)        # raises: the index is outside the tensor
-        if st.early:
-            done, got = st.early.popleft()
-            st.ready.append(done)
-            st.held.append(got)
-            st.held_sum += got
-        else:
-            st.pending.append((start + index * nbytes, nbytes, pieces))
-        name = node.name
-        self.bytes_read[name] = self.bytes_read.get(name, 0) + nbytes
-        if not info[8]:
-            tile = _new_shape_only(ShapeOnly)
-            tile.shape, tile.dtype = info[9], info[10]
-            return tile
-        rs, cs = self._slot(node, arr, index, tr, tc)
-        return arr[rs, cs].copy()
-
-    def write_tile(self, node, arr, index, tr, tc, tile):
-        self._slot(node, arr, index, tr, tc)
-        nbytes = self._timed(node, index, tr, tc)
-        if node.kind != "RandomOffChipStore":
-            self.ready[node.name].pop()   # a write does not hold a linear store up (posted)
-        # a random store acknowledges each write when the memory has done it (``ready``, see acked())
-        self.bytes_written[node.name] = self.bytes_written.get(node.name, 0) + nbytes
-        if node.p("tensor") in self.real and not isinstance(tile, ShapeOnly):
-            rs, cs = self._slot(node, arr, index, tr, tc)
-            arr[rs, cs] = tile
 
 
 # ----------------------------------------------------------------------------- timed ports

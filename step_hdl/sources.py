@@ -50,18 +50,14 @@ def _is_package(module: str) -> bool:
     return f is not None and f.name == "__init__.py"
 
 
-@lru_cache(maxsize=None)
-def imports_of(module: str) -> frozenset[str]:
-    """The ``step_hdl`` modules ``module`` imports anywhere in its text (``from X import name`` counts ``X``,
-    and ``X.name`` when that is a module)."""
+def _imports(module: str):
+    """``(target module, names)`` of every import statement in ``module``'s text, relative ones resolved."""
     path = source_file(module)
-    if path is None:
-        return frozenset()
     package = module if _is_package(module) else module.rpartition(".")[0]
-    out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            for a in node.names:
+                yield a.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -69,10 +65,29 @@ def imports_of(module: str) -> frozenset[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            names = [target] + [f"{target}.{a.name}" for a in node.names]
-        else:
-            continue
-        for name in names:
+            yield target, tuple(a.name for a in node.names)
+
+
+def unresolved_imports() -> list[str]:
+    """Every ``step_hdl`` import (lazy ones included) that names no module: a lazy import that would fail only
+    when its function runs."""
+    bad = []
+    for m in package_modules():
+        for target, _ in _imports(m):
+            if target.split(".")[0] == "step_hdl" and source_file(target) is None:
+                bad.append(f"{m}: {target}")
+    return bad
+
+
+@lru_cache(maxsize=None)
+def imports_of(module: str) -> frozenset[str]:
+    """The ``step_hdl`` modules ``module`` imports anywhere in its text (``from X import name`` counts ``X``,
+    and ``X.name`` when that is a module)."""
+    if source_file(module) is None:
+        return frozenset()
+    out = set()
+    for target, names in _imports(module):
+        for name in (target, *(f"{target}.{n}" for n in names)):
             if name.split(".")[0] == "step_hdl" and source_file(name) is not None:
                 out.add(name)
     out.discard(module)
@@ -104,7 +119,7 @@ def package_modules() -> list[str]:
     import step_hdl
     out = []
     roots = {"step_hdl": Path(step_hdl.__file__).parent}
-    for sub in ("units", "mapper", "sim", "fpga", "workloads"):
+    for sub in ("ops", "units", "mapper", "sim", "fpga", "workloads"):
         f = source_file(f"step_hdl.{sub}")
         if f is not None:
             roots[f"step_hdl.{sub}"] = f.parent

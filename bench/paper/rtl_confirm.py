@@ -163,7 +163,7 @@ STUDIES = {"parallelization": parallelization, "time-multiplexing": time_multipl
 #: static tiling re-reads every weight tile per token tile, so its 4x4 tiles (32 B, two to a 64-byte DRAM
 #: block) stream back to back on one channel; at ``paper`` the RTL DRAM model's in-order issue makes each
 #: such request wait for its channel and holds everything behind it, which the approximate model's
-#: per-channel DRAM does not (``sim.model.DRAM_PRESETS``): the study runs where both DRAMs agree
+#: per-channel DRAM does not (``sim.dram_timing.DRAM_PRESETS``): the study runs where both DRAMs agree
 DEFAULT_DRAM = {"dynamic-tiling": "paper-interval1"}
 
 
