@@ -61,7 +61,12 @@ class StepUnit(wiring.Component):
         members = {"cfg": In(config_signature())}
         for port, (is_out, fmt) in self.fmts.items():
             members[port] = (Out if is_out else In)(stream.Signature(fmt.layout))
+        members.update(self.extra_members())
         super().__init__(members)
+
+    def extra_members(self) -> dict:
+        """Ports besides ``cfg`` and the streams (a memory port, status outputs)."""
+        return {}
 
     def formats(self) -> dict[str, tuple[bool, TokenFormat]]:
         raise NotImplementedError

@@ -32,15 +32,13 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.types import DTYPES
-
 from .address import AffineWalk
 from .base import StepUnit
-from .config import ConfigRegs, Reg, config_signature
+from .config import Reg
 from .layout import TileFormat, TokenFormat, stop_bits, tile_format
 from .memport import MemPortShape, MemPortSignature, tile_bytes
 from .merger import StopMerger
-from .params import ParamError, StreamParams, concrete_param, positive
+from .params import ParamError, StreamParams, check_ref, concrete_param, positive
 
 __all__ = ["OffChipParams", "LinearLoadParams", "LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
            "RandomOffChipStore", "INDEX"]
@@ -108,13 +106,7 @@ class LinearLoadParams(OffChipParams):
         positive(self.owner, "count_bits", self.count_bits)
         if self.count_bits > 32:
             raise ParamError(f"{self.owner}: count_bits {self.count_bits} > 32 is not supported")
-        if not isinstance(self.ref, bool):
-            raise ParamError(f"{self.owner}: ref must be True or False, got {self.ref!r}")
-        positive(self.owner, "ref_rows", self.ref_rows)
-        positive(self.owner, "ref_cols", self.ref_cols)
-        if self.ref_dtype not in DTYPES:
-            raise ParamError(f"{self.owner}: unsupported ref element type {self.ref_dtype!r}; "
-                             f"supported: {sorted(DTYPES)}")
+        check_ref(self)
 
 
 def _check_tile(unit, op_params, bindings=None):
@@ -217,25 +209,24 @@ class _Tracker(wiring.Component):
 
 
 class _MemUnit(StepUnit):
-    """A unit with a memory port ``mem`` (and possibly status outputs) besides its streams."""
+    """A unit with a memory port ``mem`` (and possibly status outputs) besides its streams; its one register
+    ``base`` is the byte address of tile index 0 (the language ``base`` and the tensor's address folded in)."""
 
     def extra_members(self) -> dict:
-        return {}
+        return {"mem": Out(MemPortSignature(self.params.port))}
 
-    def __init__(self, params):
-        # StepUnit.__init__ builds only cfg + stream members; extend it with the memory port.
-        self.params = params
-        self.fmts = self.formats()
-        self.regs = ConfigRegs(type(self).__name__, self.registers())
-        members = {"cfg": In(config_signature())}
-        for port, (is_out, fmt) in self.fmts.items():
-            members[port] = (Out if is_out else In)(stream.Signature(fmt.layout))
-        members["mem"] = Out(MemPortSignature(params.port))
-        members.update(self.extra_members())
-        wiring.Component.__init__(self, members)
+    #: what the ``base`` register holds (the register map's doc)
+    base_doc = "byte address of tile index 0"
 
     def token_format(self) -> TokenFormat:
         return TokenFormat(self.params.tile, self.params.max_rank)
+
+    def registers(self):
+        return [Reg("base", self.params.addr_bits, 0, doc=self.base_doc)]
+
+    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
+        _check_tile(self, op_params, bindings)
+        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
 
 
 # ----------------------------------------------------------------------------- LinearOffChipLoad
@@ -442,14 +433,9 @@ class LinearOffChipStore(_MemUnit):
         return {"i": (False, self.token_format())}
 
     def extra_members(self):
-        return {"finished": Out(1)}
+        return {**super().extra_members(), "finished": Out(1)}
 
-    def registers(self):
-        return [Reg("base", self.params.addr_bits, 0, doc="byte address of the first slot")]
-
-    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
-        _check_tile(self, op_params, bindings)
-        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
+    base_doc = "byte address of the first slot"
 
     def elaborate(self, platform):
         m = Module()
@@ -501,13 +487,6 @@ class RandomOffChipLoad(_MemUnit):
     def formats(self):
         return {"i_addr": (False, TokenFormat(INDEX, self.params.max_rank)), "o": (True, self.token_format())}
 
-    def registers(self):
-        return [Reg("base", self.params.addr_bits, 0, doc="byte address of tile index 0")]
-
-    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
-        _check_tile(self, op_params, bindings)
-        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
-
     def elaborate(self, platform):
         m = Module()
         self.regs.elaborate(m, self.cfg)
@@ -549,13 +528,6 @@ class RandomOffChipStore(_MemUnit):
     def formats(self):
         ind = TokenFormat(INDEX, self.params.max_rank)
         return {"i_addr": (False, ind), "i_data": (False, self.token_format()), "o": (True, ind)}
-
-    def registers(self):
-        return [Reg("base", self.params.addr_bits, 0, doc="byte address of tile index 0")]
-
-    def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
-        _check_tile(self, op_params, bindings)
-        return self.config_image(base=_byte_base(self, op_params, tensor_addr))
 
     def elaborate(self, platform):
         m = Module()

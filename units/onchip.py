@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 
-from step_hdl.types import DTYPES
-
 from .address import AffineWalk
 from .base import StepUnit
 from .config import Reg
 from .layout import TokenFormat, stop_bits, tile_format
 from .merger import StopMerger
-from .params import ParamError, StreamParams, concrete_param, positive
+from .params import ParamError, StreamParams, check_ref, concrete_param, positive
 
 __all__ = ["OnChipBufferParams", "OnChipBuffer"]
 
@@ -54,13 +52,7 @@ class OnChipBufferParams(StreamParams):
             raise ParamError(f"{self.owner}: a {tb}-byte tile [{self.rows}, {self.cols}] {self.dtype} is larger "
                              f"than an SRAM bank of {self.sram_bytes // 2} bytes (sram_bytes {self.sram_bytes}, "
                              f"two banks)")
-        if not isinstance(self.ref, bool):
-            raise ParamError(f"{self.owner}: ref must be True or False, got {self.ref!r}")
-        positive(self.owner, "ref_rows", self.ref_rows)
-        positive(self.owner, "ref_cols", self.ref_cols)
-        if self.ref_dtype not in DTYPES:
-            raise ParamError(f"{self.owner}: unsupported ref element type {self.ref_dtype!r}; "
-                             f"supported: {sorted(DTYPES)}")
+        check_ref(self)
 
     @property
     def bank_depth(self) -> int:

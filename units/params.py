@@ -26,6 +26,18 @@ def concrete_param(d, bindings, unit, what) -> int:
     return v
 
 
+def check_ref(params) -> None:
+    """The ``ref`` fields of a unit that re-reads by a row stream (``ref``, ``ref_rows``, ``ref_cols``,
+    ``ref_dtype``: the off-chip load and the on-chip buffer)."""
+    if not isinstance(params.ref, bool):
+        raise ParamError(f"{params.owner}: ref must be True or False, got {params.ref!r}")
+    positive(params.owner, "ref_rows", params.ref_rows)
+    positive(params.owner, "ref_cols", params.ref_cols)
+    if params.ref_dtype not in DTYPES:
+        raise ParamError(f"{params.owner}: unsupported ref element type {params.ref_dtype!r}; "
+                         f"supported: {sorted(DTYPES)}")
+
+
 def positive(owner: str, name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ParamError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
