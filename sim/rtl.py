@@ -18,6 +18,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from amaranth.back import verilog
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 
 from step_hdl.errors import StepError
 
@@ -193,6 +195,32 @@ def _failures(results_xml: Path) -> list[str]:
     return out
 
 
+class PortsOnly(wiring.Component):
+    """``inner`` behind a top level of the same ports, only wires: a Verilator build makes the top module's
+    signals public (``--public-depth 1``, what cocotb needs), and with the unit itself as the top that would
+    be every internal signal (the 16x16 matmul: 14,000, a C++ file gcc needs most of an hour for)."""
+
+    def __init__(self, inner: wiring.Component):
+        self.inner = inner
+        super().__init__(dict(inner.signature.members))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = inner = self.inner
+        for name, member in self.signature.members.items():
+            mine, theirs = getattr(self, name), getattr(inner, name)
+            if member.is_signature:
+                if member.flow == wiring.In:
+                    wiring.connect(m, wiring.flipped(mine), theirs)
+                else:
+                    wiring.connect(m, theirs, wiring.flipped(mine))
+            elif member.flow == wiring.In:
+                m.d.comb += theirs.eq(mine)
+            else:
+                m.d.comb += mine.eq(theirs)
+        return m
+
+
 def run_scenario(component, scenario, backend: str = "amaranth", name: str | None = None,
                  timing: dict | None = None) -> tuple[dict, int]:
     """Run a :class:`~step_hdl.sim.streams.Scenario` on any back-end; return (outputs, cycles).
@@ -206,7 +234,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
         component._MustUse__silence = True   # not elaborated: no "created but never used" warning
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     name = verilog_name(name or type(component).__name__.lower())
-    res = run_cocotb(to_verilog(component, name), name, scenario.to_json(), backend)
+    res = run_cocotb(to_verilog(PortsOnly(component), name), name, scenario.to_json(), backend)
     if res.get("timeout"):
         raise SimTimeout(f"no progress after {scenario.max_cycles} cycles on {backend}: sent {res['sent']}, "
                          f"received { {p: len(v) for p, v in res['outputs'].items()} }")
