@@ -117,10 +117,12 @@ def silu_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
     return saturate((x * h) >> frac, dt)
 
 
-# 2**f ≈ 1 + f·(A + B·f) on f in [0, 1): exact at both ends, max error about 0.4 % (A = 0.6565 minimises it).
-_EXP2_A = 0.6565
-_EXP2_B = 1.0 - _EXP2_A
-_LOG2E_Q14 = round(math.log2(math.e) * (1 << 14))
+#: the fixed-point exp's constants, public because the RTL exp unit (units.functions) builds its ROMs from
+#: them: 2**f ≈ 1 + f·(A + B·f) on f in [0, 1), exact at both ends, max error about 0.4 % (A = 0.6565
+#: minimises it); log2(e) in Q14
+EXP2_A = 0.6565
+EXP2_B = 1.0 - EXP2_A
+LOG2E_Q14 = round(math.log2(math.e) * (1 << 14))
 
 
 def exp_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
@@ -134,9 +136,9 @@ def exp_fixed(x: np.ndarray, frac: int, dt: DType) -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.int64)
     one = 1 << frac
-    a = round(_EXP2_A * one)
+    a = round(EXP2_A * one)
     b = one - a
-    t = (x * _LOG2E_Q14) >> 14
+    t = (x * LOG2E_Q14) >> 14
     n = t >> frac
     f = t - (n << frac)
     p = one + ((f * (a + ((b * f) >> frac))) >> frac)

@@ -56,7 +56,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Const, Mux, Signal, Value, signed
 
 from step_hdl.errors import StepTypeError
-from step_hdl.functions import _EXP2_A, _LOG2E_Q14, Fn, fn as make_fn
+from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
 from .config import Reg
@@ -381,13 +381,13 @@ class Exp(HwFn):
         frac = regs["frac"]
         one = _wire(m, (Const(1, 1) << frac)[:15], "exp_one")
         mask = (one - 1)[:15]
-        a_rom = Array([Const(round(_EXP2_A * (1 << k)), 15) for k in range(16)])
-        b_rom = Array([Const((1 << k) - round(_EXP2_A * (1 << k)), 15) for k in range(16)])
+        a_rom = Array([Const(round(EXP2_A * (1 << k)), 15) for k in range(16)])
+        b_rom = Array([Const((1 << k) - round(EXP2_A * (1 << k)), 15) for k in range(16)])
         ca, cb = _wire(m, a_rom[frac], "exp_a"), _wire(m, b_rom[frac], "exp_b")
         res = []
         for k, x in enumerate(a.elems):
             # named intermediates: each is evaluated once (keeps the Python simulator's code small)
-            t = _wire(m, (x * _LOG2E_Q14) >> 14, f"exp_t{k}")
+            t = _wire(m, (x * LOG2E_Q14) >> 14, f"exp_t{k}")
             n = _wire(m, t >> frac, f"exp_n{k}")
             f = _wire(m, (t.as_unsigned() & mask)[:15], f"exp_f{k}")
             bf = _wire(m, ((cb * f) >> frac)[:15], f"exp_bf{k}")
