@@ -123,6 +123,8 @@ def mapping_report(prep, top_name: str, dram) -> dict:
                         prep.program.tensors.items()},
             "memory_words": len(prep.image), "config_writes": len(prep.program.config),
             "notes": list(prep.program.notes),
+            # the fabric's units of each kind, used and available (mapper.binding: the fit check of lowering)
+            "fabric_units": prep.lowered.binding.report()["units"] if prep.lowered is not None else {},
             "reference_offchip_bytes": prep.reference_bytes}
 
 

@@ -158,6 +158,9 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(tmp_path):
               "test_fabric.py", "job.json", "run.py"):
         assert (out / f).stat().st_size > 0, f
     assert report["key"] == prep.design.key() and report["reference_offchip_bytes"] == 7424
+    # the binding's fit check, in the report: every kind the graph uses, within what the fabric has
+    assert report["fabric_units"]["Map"] == {"used": 9, "available": prep.design.fabric.units["Map"]}
+    assert all(0 < v["used"] <= v["available"] for v in report["fabric_units"].values() if v["used"])
     top_v = (out / "top.v").read_text()
     assert f"module {report['top_module']}_top(" in top_v
     assert "ctr_addr" not in top_v and "ctr_addr" in (out / "harness.v").read_text()   # counters: testbench only
