@@ -20,7 +20,7 @@ from step_hdl.units import compute, offchip, onchip, routing, shape, source
 from step_hdl.units.functions import HW_FUNCTIONS
 from step_hdl.units.params import StreamParams
 
-from .fabric import FabricError
+from .fabric import FabricError, buffer_entries, buffer_tile_bytes
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Adapter:
     def unit_name(self, node) -> str:
         return node.kind
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         raise NotImplementedError
 
     def nodes(self, node, graph) -> tuple:
@@ -79,7 +79,7 @@ class LoadAdapter(Adapter):
     kinds = ("LinearOffChipLoad",)
     units = {"LinearOffChipLoad": offchip.LinearOffChipLoad}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = _tile(node.out_types["out"], f"LinearOffChipLoad '{node.name}'")
         kw = _offchip_common(fab)
         kw.update(_ref_params(node.inputs.get("ref"), f"LinearOffChipLoad '{node.name}' port 'ref'"))
@@ -98,7 +98,7 @@ class OffChipAdapter(LoadAdapter):
              "RandomOffChipStore": offchip.RandomOffChipStore}
     DATA_PORT = {"RandomOffChipLoad": "out", "RandomOffChipStore": "data", "LinearOffChipStore": "in"}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         port = self.DATA_PORT[node.kind]
         t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
         return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name, **_offchip_common(fab))
@@ -129,13 +129,21 @@ class BufferAdapter(Adapter):
     def nodes(self, node, graph):
         return (node.name, self.streamify(node, graph).name)
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         sf = self.streamify(node, graph)
         t = _tile(node.t("in"), f"Bufferize '{node.name}'")
         shape_ = sf.params.get("read_shape")
-        return onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
-                                         sram_bytes=fab.sram_bytes, read_dims=len(shape_) if shape_ else 0,
-                                         **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
+        p = onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
+                                      sram_bytes=fab.sram_bytes, read_dims=len(shape_) if shape_ else 0,
+                                      **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
+        # a block that does not fit a bank would wrap around it: an error here, not a wrong result later
+        need = buffer_entries(node, graph, bindings)
+        if need > p.bank_depth:
+            raise FabricError(f"Bufferize '{node.name}': holds {need} entries of {t} ({buffer_tile_bytes(node)} "
+                              f"bytes each); the fabric's on-chip buffers hold {p.bank_depth} per bank "
+                              f"(sram_bytes {fab.sram_bytes}, two banks): raise sram_bytes to at least "
+                              f"{2 * need * buffer_tile_bytes(node)}")
+        return p
 
     def configure(self, unit, node, graph, ctx):
         sf = self.streamify(node, graph)
@@ -151,7 +159,7 @@ class MapAdapter(Adapter):
     kinds = ("Map",)
     units = {"Map": compute.Map}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         f = node.p("fn")
         where = f"Map '{node.name}'"
         if f.name not in HW_FUNCTIONS:
@@ -188,7 +196,7 @@ class IndexFunctionAdapter(MapAdapter):
     def unit_name(self, node):
         return self.FUNCTIONS[node.p("fn").name]
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         n = node.t("in0").dtype.n if node.p("fn").name == "sel_index" else 1
         return routing.SelIndexParams(n=n, max_rank=fab.max_rank)
 
@@ -197,7 +205,7 @@ class AccumAdapter(Adapter):
     kinds = ("Accum",)
     units = {"Accum": compute.Accum}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
         st = _tile(node.out_types["out"], f"{node.kind} '{node.name}'")
         positions = fab.accum_positions if node.params.get("keep") else 0
@@ -217,7 +225,7 @@ class BroadcastAdapter(Adapter):
     kinds = ("Broadcast",)
     units = {"Broadcast": routing.BroadcastUnit}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = node.t("in").dtype
         if isinstance(t, Selector):
             return routing.BroadcastParams(n=node.p("n"), max_rank=fab.max_rank, selector=t.n)
@@ -230,7 +238,7 @@ class RoutingAdapter(Adapter):
     kinds = ("Partition", "Reassemble", "EagerMerge")
     units = {"Partition": routing.Partition, "Reassemble": routing.Reassemble, "EagerMerge": routing.EagerMerge}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = _tile(node.t("in0" if node.kind in ("Reassemble", "EagerMerge") else "in"), f"{node.kind} '{node.name}'")
         return routing.RoutingParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, n=node.p("n"))
 
@@ -240,7 +248,7 @@ class ShapeAdapter(Adapter):
     units = {"Promote": shape.Promote, "Flatten": shape.Flatten, "RepeatStatic": shape.RepeatStatic,
              "Reshape": shape.Reshape}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
         cls = {"RepeatStatic": shape.RepeatParams, "Reshape": shape.ReshapeParams}.get(node.kind, StreamParams)
         kw = {"pad": node.p("pad") is not None} if node.kind == "Reshape" else {}
@@ -253,7 +261,7 @@ class SourceAdapter(Adapter):
     kinds = ("SelectorSource", "IndexSource")
     units = {"SelectorSource": source.SelectorSource, "IndexSource": source.IndexSource}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         length = sympy.sympify(node.out_types["out"].shape[0])
         if not length.is_Integer:
             raise FabricError(f"{node.kind} '{node.name}': its length {length} must be static (it sizes the "
@@ -277,7 +285,7 @@ class FlatMapAdapter(Adapter):
     kinds = ("FlatMap",)
     units = {"FlatMap": compute.FlatMap}
 
-    def params(self, node, graph, fab):
+    def params(self, node, graph, fab, bindings=None):
         t = _tile(node.t("in"), f"FlatMap '{node.name}'")
         return compute.FlatMapParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, fn=node.p("fn").name)
 

@@ -165,18 +165,30 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def sram_entries(graph, bindings=None) -> int:
-    """Entries (tiles, and inner stops for non-affine reads) the largest Bufferize holds."""
-    need = 1
+def buffer_entries(node, graph, bindings=None) -> int:
+    """Entries (tiles, and inner stops for non-affine reads) Bufferize ``node`` holds."""
+    shape = [_per_buffer(d, bindings) for d in node.out_types["out"].dtype.shape]
+    n = static_size(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
+    users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
+    if not any(u.params.get("read_shape") for u in users):
+        n += static_size(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
+    return n
+
+
+def buffer_tile_bytes(node) -> int:
+    """Bytes of one entry of Bufferize ``node``: a tile of the stream it buffers (its own element type, which
+    need not be the fabric's: an int32 result buffered on an int16 fabric takes twice the bytes)."""
+    t = node.t("in").dtype
+    return int(t.rows) * int(t.cols) * t.dtype.bytes
+
+
+def sram_bytes_needed(graph, bindings=None) -> int:
+    """SRAM per on-chip buffer for the largest Bufferize: two banks of a power-of-two number of entries, each
+    entry a tile of the buffered stream's type (0 if there is none)."""
+    need = 0
     for node in graph.nodes.values():
-        if node.kind != "Bufferize":
-            continue
-        shape = [_per_buffer(d, bindings) for d in node.out_types["out"].dtype.shape]
-        n = static_size(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
-        users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
-        if not any(u.params.get("read_shape") for u in users):
-            n += static_size(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
-        need = max(need, n)
+        if node.kind == "Bufferize":
+            need = max(need, 2 * _pow2(buffer_entries(node, graph, bindings)) * buffer_tile_bytes(node))
     return need
 
 
@@ -206,7 +218,7 @@ def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **override
     fns = sorted({n.p("fn").name for n in graph.nodes.values() if n.kind == "Map"})
     tile_bytes = tile * tile * DTYPES[dtype].bytes
     kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",),
-              sram_bytes=2 * _pow2(sram_entries(graph, bindings)) * tile_bytes,
+              sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings)),
               accum_positions=_pow2(max(1, keep_positions(graph, bindings))))
     kw.update(overrides)
     return Fabric(**kw)

@@ -60,7 +60,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "
                               f"this operator yet (it has {', '.join(mapped_kinds())}, Streamify)")
         try:
-            params = adapter.params(node, graph, fabric)
+            params = adapter.params(node, graph, fabric, bindings)
         except ParamError as exc:
             raise FabricError(f"{node.kind} '{node.name}': no unit can run it on this fabric: {exc}") from None
         u = UnitSpec(node.name, adapter.unit_name(node), params, adapter.nodes(node, graph))

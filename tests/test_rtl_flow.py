@@ -347,3 +347,33 @@ def test_configuration_addresses_hold_large_fabrics():
     assert TOP_CFG_LAYOUT.size == TOP_CFG_ADDR_BITS + 32
     with pytest.raises(FabricError, match="unit index 65536 does not fit the 16-bit unit field"):
         pack_config(1 << 16, 0)
+
+
+def _mixed_type_matmul():
+    """max(int16, int16) is int32 and feeds a matmul on an int16 fabric: its operand buffers hold int32
+    tiles, twice the bytes of the fabric's element type."""
+    from step_hdl.interp import run as interp_run
+    g = Graph("mixed")
+    for name, dt in (("a", "int16"), ("b", "int16"), ("w", "int32"), ("y", "int32")):
+        g.tensor(name, 8, 8, dt)
+    a, b, w = (g.load(t, tile=(8, 8), out_shape=[1], stride=[1], name=f"load_{t}") for t in "abw")
+    g.store(g.map([g.map([a, b], "max", name="mx"), w], "matmul", name="mm"), "y", tile=(8, 8), name="store_y")
+    rng = np.random.default_rng(0)
+    t = {"a": rng.integers(-50, 50, (8, 8)).astype(np.int16), "b": rng.integers(-50, 50, (8, 8)).astype(np.int16),
+         "w": rng.integers(-5, 5, (8, 8)).astype(np.int32)}
+    return Workload(g, t, {}, {"y": interp_run(g, t).memory["y"]}, make_dtype("int16"))
+
+
+def test_buffers_are_sized_by_the_type_they_hold():
+    """The on-chip buffers were sized by the fabric's element type, so an int32 operand's block wrapped
+    around its bank: 64 of 64 outputs wrong with no error. Now sized by the buffered stream's type, and a
+    block that does not fit is an error naming the Bufferize."""
+    w = _mixed_type_matmul()
+    prep = prepare(w, 4)
+    res = run(prep, "amaranth")
+    assert res.outputs_match, res.mismatches
+    small = shared_fabric([w], 4, sram_bytes=128)
+    with pytest.raises(FabricError, match=r"Bufferize 'mm_buf_\w': holds 4 entries of int32\[4,4\] \(64 bytes "
+                                          r"each\); the fabric's on-chip buffers hold 1 per bank \(sram_bytes 128, "
+                                          r"two banks\): raise sram_bytes to at least 512"):
+        prepare(w, small)
