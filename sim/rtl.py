@@ -74,13 +74,15 @@ def setup_verilator() -> Path:
 BIG_DESIGN_MODULES = 400
 
 
-def verilator_opt(verilog_text: str) -> str:
+def verilator_opt(verilog_text: str, short: bool = False) -> str:
     """C++ optimization level of a Verilator build: ``-O2`` (faster simulation) for a fabric of tens of
     units, ``-O0`` for a big one (the 8-expert MoE fabric: 1,331 modules), whose C++ otherwise takes the
     better part of an hour to compile for a run of a few thousand cycles. ``$STEP_HDL_VERILATOR_OPT``
     overrides."""
     if os.environ.get("STEP_HDL_VERILATOR_OPT"):
         return os.environ["STEP_HDL_VERILATOR_OPT"]
+    if short:       # a unit scenario: hundreds of cycles, where the compile is all the time (9.5 -> 6 s a unit)
+        return "-O0"
     return "-O0" if verilog_text.count("\nmodule ") > BIG_DESIGN_MODULES else "-O2"
 
 
@@ -105,13 +107,14 @@ def cocotb_runner(backend: str):
     return TopPortsOnly()
 
 
-def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False):
+def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False,
+                 short: bool = False):
     """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``."""
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
     if backend == "verilator":
         setup_verilator()
-        opt = verilator_opt(verilog_text)
+        opt = verilator_opt(verilog_text, short)
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
     else:
         import shutil
@@ -122,8 +125,10 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # 0: under cocotb's default -g2012 a declaration's initial value raises no event, so every
         # combinational block stays X until an input changes (the last -g flag wins)
         build_args = ["-g2005"]
-    # the build flags (and waves) are part of the key: a build made with other flags is never reused
-    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves]).encode()).hexdigest()[:16]
+        opt = None
+    # the build flags, the C++ optimization level and waves are part of the key: a build made otherwise is
+    # never reused
+    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt]).encode()).hexdigest()[:16]
     bdir = build_root() / f"{toplevel}-{backend}-{digest}"
     bdir.mkdir(parents=True, exist_ok=True)
     src = bdir / f"{toplevel}.v"
@@ -147,12 +152,12 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
 
 
 def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
-                      waves: bool = False) -> tuple[dict, float]:
+                      waves: bool = False, short: bool = False) -> tuple[dict, float]:
     """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
 
     Returns ``(result dict with "failures", build seconds)``.
     """
-    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves)
+    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short)
     with tempfile.TemporaryDirectory(dir=bdir) as tmp:
         res = Path(tmp) / "result.json"
         results_xml = Path(tmp) / "results.xml"
@@ -179,7 +184,7 @@ def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = 
         scen = Path(tmp) / "scenario.json"
         scen.write_text(json.dumps(scenario))
         out, _ = run_cocotb_module(verilog_text, toplevel, "step_hdl.sim.cocotb_streams",
-                                   {"STEP_HDL_SCENARIO": str(scen)}, backend, waves)
+                                   {"STEP_HDL_SCENARIO": str(scen)}, backend, waves, short=True)
         return out
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from step_hdl.workloads.traces import TraceNotFound, kv_traces, routing_trace
 
+from helpers import REDUCED, SWEEP
+
 
 @pytest.fixture(scope="session")
 def routing():
@@ -27,6 +29,17 @@ def kv_files():
         except TraceNotFound as exc:
             pytest.skip(f"KV traces unavailable: {exc}")
     return get
+
+
+@pytest.fixture(scope="session")
+def reduced_sweep():
+    """``(fabric, workloads, prepared)`` of the reduced SwiGLU sweep on one shared 4x4 fabric: one design, so
+    one Verilator build serves every test that runs it (the sweep, the back-end check, the testbench)."""
+    from step_hdl.flow import prepare, shared_fabric
+    from step_hdl.workloads import swiglu
+    ws = [swiglu(REDUCED["batch"], REDUCED["hidden"], REDUCED["inter"], tb, ti, "int16") for tb, ti in SWEEP]
+    fab = shared_fabric(ws, 4)
+    return fab, ws, [prepare(w, fab) for w in ws]
 
 
 def pytest_addoption(parser):

@@ -52,3 +52,10 @@ def sels(n, *shape):
 
 def tiles(rows, cols, *shape, dt="int32"):
     return StreamType(Tile(dt, rows, cols), shape)
+
+
+# the paper's sweep (tile_b in {16, 32, 64} x tile_inter in {16 .. 256} at B=64, H=256, I=512 with
+# 16x16 physical tiles), tiles scaled by 1/4 onto 4x4 physical tiles; B=16 and I=64 are the least
+# sizes with all fifteen points, H=8 keeps the simulations short (two physical tiles inner)
+REDUCED = dict(batch=16, hidden=8, inter=64)
+SWEEP = [(tb, ti) for tb in (4, 8, 16) for ti in (4, 8, 16, 32, 64)]

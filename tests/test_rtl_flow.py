@@ -17,18 +17,7 @@ from step_hdl.workloads import swiglu
 from step_hdl.workloads.base import Workload
 from step_hdl.types import dtype as make_dtype
 
-# the paper's sweep (tile_b in {16, 32, 64} x tile_inter in {16 .. 256} at B=64, H=256, I=512 with
-# 16x16 physical tiles), tiles scaled by 1/4 onto 4x4 physical tiles; B=16 and I=64 are the least
-# sizes with all fifteen points, H=8 keeps the Amaranth simulation short (two physical tiles inner)
-REDUCED = dict(batch=16, hidden=8, inter=64)
-SWEEP = [(tb, ti) for tb in (4, 8, 16) for ti in (4, 8, 16, 32, 64)]
-
-
-@pytest.fixture(scope="module")
-def reduced_sweep():
-    ws = [swiglu(REDUCED["batch"], REDUCED["hidden"], REDUCED["inter"], tb, ti, "int16") for tb, ti in SWEEP]
-    fab = shared_fabric(ws, 4)
-    return fab, ws, [prepare(w, fab) for w in ws]
+from helpers import REDUCED, SWEEP
 
 
 def test_reduced_sweep_shares_one_design(reduced_sweep):
@@ -39,10 +28,11 @@ def test_reduced_sweep_shares_one_design(reduced_sweep):
 
 
 @pytest.mark.parametrize("point", range(len(SWEEP)), ids=[f"tb{tb}-ti{ti}" for tb, ti in SWEEP])
-def test_reduced_sweep_bit_exact_on_amaranth(reduced_sweep, point):
+def test_reduced_sweep_bit_exact_on_verilator(reduced_sweep, point):
+    """Every point on one Verilator build (tests/hw/test_backends.py runs a point on all three back-ends)."""
     fab, ws, preps = reduced_sweep
     w, prep = ws[point], preps[point]
-    res = run(prep, "amaranth")
+    res = run(prep, "verilator")
     assert res.status == "done"
     assert res.outputs_match, res.mismatches
     assert np.array_equal(prep.expected["y"], w.expected["y"])      # the interpreter agrees with numpy
@@ -145,15 +135,15 @@ def test_design_json_and_config_report(reduced_sweep, tmp_path):
     assert design2.key() == d.key() and prog2.config == preps[0].program.config
 
 
-def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(tmp_path):
+def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(reduced_sweep, tmp_path):
     """``build`` output runs on its own (cocotb + Verilator) and catches one altered expected word."""
     import subprocess
     import sys
 
     from step_hdl.flow import build
-    w = swiglu(16, 8, 64, 8, 16, "int16")
+    fab, ws, preps = reduced_sweep
     out = tmp_path / "tb"
-    report = build(prep := prepare(w, 4), out)
+    report = build(prep := preps[SWEEP.index((8, 16))], out)
     for f in ("top.v", "harness.v", "config.json", "fabric.json", "design.json", "mapping.json", "lowered.dot",
               "test_fabric.py", "job.json", "run.py"):
         assert (out / f).stat().st_size > 0, f
