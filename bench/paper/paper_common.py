@@ -55,6 +55,14 @@ class Point:
         return d
 
 
+#: the full-size study fabrics build every reconvergent FIFO as deep as its stream (its safe bound,
+#: ``mapper.fifo.fifo_depths``): at batch 1024 the routing selector's fan-out holds thousands of tokens,
+#: and the default cap of 64 (``Fabric.max_fifo_depth``, what the reduced-size RTL confirmations build)
+#: deadlocks there in the model as it would in RTL. A selector FIFO of a few thousand entries of a few bits
+#: is cheap; the study pages say so.
+STUDY_MAX_FIFO_DEPTH = 1 << 30
+
+
 def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=(), tile: int = PHYS_TILE) -> Point:
     """Run ``graph`` on the approximate model in timing-only mode.
 
@@ -65,7 +73,7 @@ def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=()
     """
     from step_hdl.flow import model_params
     from step_hdl.sim.model import Model
-    params = model_params(tile, "paper", dtype)
+    params = model_params(tile, "paper", dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
     t0 = time.perf_counter()
     model = Model(graph, params, tensors or {}, streams or {}, timing_only=True)
     res = model.run()
