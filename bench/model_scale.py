@@ -51,6 +51,11 @@ def gqa_runs(quick: bool):
             yield f"gqa b{batch} {path.stem} {strategy}", "fp32", build
 
 
+#: full-size fabrics build reconvergent FIFOs as deep as their streams (as the paper studies do:
+#: bench/paper/paper_common.STUDY_MAX_FIFO_DEPTH); the default cap of 64 deadlocks the batch-1024 MoE
+FULL_SIZE_FIFO_DEPTH = 1 << 30
+
+
 def main(argv=None) -> int:
     from step_hdl.flow import model_params, simulate
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -63,7 +68,7 @@ def main(argv=None) -> int:
     for name, dt, build in list(moe_runs(args.quick)) + list(gqa_runs(args.quick)):
         t0 = time.perf_counter()
         g, tensors, streams = build()
-        res = simulate(g, model_params(args.tile, "paper", dt), tensors, streams)
+        res = simulate(g, model_params(args.tile, "paper", dt, max_fifo_depth=FULL_SIZE_FIFO_DEPTH), tensors, streams)
         wall = time.perf_counter() - t0
         records.append({"run": name, "cycles": res.cycles, "offchip_bytes": res.offchip_bytes,
                         "bandwidth_utilization": round(res.bandwidth_utilization, 4), "wall_s": round(wall, 2)})
