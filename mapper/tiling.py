@@ -74,7 +74,7 @@ from step_hdl.functions import fn
 from step_hdl.graph import Graph
 from step_hdl.types import Tile, as_dim
 
-ELEMENTWISE = {"add", "sub", "mul", "max", "div", "silu", "exp", "requantize"}
+ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize"}
 #: column reductions -> (Accum update, initial state)
 COLUMN_REDUCE = {"col_max": ("max", "lowest"), "col_sum": ("add", "zeros")}
 

@@ -15,6 +15,7 @@ function            arity  operands -> result          notes
 ``mul``, ``max``    2      (as add)
 ``div``             2      (as add)                    floats ``a / b``; integers floor division
 ``silu``, ``exp``   1      int8/int16 or float         fixed point with ``frac`` fractional bits
+``relu``            1      ``[R,C] -> [R,C]``          ``max(x, 0)``, same type
 ``requantize``      1      int -> ``dtype``            arithmetic right ``shift``, then saturate
 ``row_sum``         1      ``[R,C] -> [R,1]``          int32 for integer tiles
 ``row_max``         1      ``[R,C] -> [R,1]``          same type
@@ -383,6 +384,18 @@ class _Unary(FnSpec):
     def flops(self, f, a):
         a = _tile(a, f)
         return self.cost * a.rows * a.cols
+
+
+@_register
+class Relu(_Unary):
+    """``max(x, 0)`` element-wise, in the operand's own type (integer tiles stay exact; floats as floats)."""
+
+    name = "relu"
+
+    def apply(self, f, a):
+        if a.dtype.kind == "i":
+            return np.maximum(a, 0).astype(a.dtype)
+        return np.maximum(a.astype(np.float32), np.float32(0))
 
 
 def _frac_param(params, name):
@@ -771,7 +784,7 @@ def _shape_only(f: Fn, out, xs) -> ShapeOnly:
         shape = (shapes[0][0], 1)
     elif name in ("col_sum", "col_max"):
         shape = (1, shapes[0][1])
-    elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "silu", "exp", "requantize"):
+    elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize"):
         shape = tuple(max(d) for d in zip(*shapes))
     else:
         t = f.spec.out_type(f, *(_as_tile_type(x) for x in xs))

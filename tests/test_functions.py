@@ -79,6 +79,7 @@ def test_wrap_int32():
     ("add", (Tile("fp32", 4, 8), Tile("fp32", 4, 8)), 32),
     ("div", (Tile("fp32", 4, 8), Tile("fp32", 4, 1)), 32),
     ("silu", (Tile("fp32", 4, 8),), 8 * 32),
+    ("relu", (Tile("int16", 4, 8),), 32),
     ("exp", (Tile("fp32", 4, 8),), 4 * 32),
     ("row_sum", (Tile("fp32", 4, 8),), 32),
     ("col_sum", (Tile("fp32", 4, 8),), 32),
@@ -251,3 +252,19 @@ def test_matmul_transpose_a_types_and_params():
     from step_hdl.functions import ShapeOnly, fn_from_json
     assert fn_from_json(f.to_json()) == f
     assert apply_typed(f, Tile("int32", 6, 2), ShapeOnly((4, 6), I16), ShapeOnly((4, 2), I16)).shape == (6, 2)
+
+
+@pytest.mark.parametrize("dt", ["int8", "int16", "int32", "fp32", "bf16"])
+def test_relu_is_max_with_zero_in_the_operand_type(dt):
+    from step_hdl.types import dtype as make_dtype
+    t = Tile(dt, 2, 8)
+    f = fn("relu")
+    assert f.spec.out_type(f, t) == t
+    info = np.iinfo(make_dtype(dt).numpy) if make_dtype(dt).is_int else None
+    x = (np.array([[info.min, -1, 0, 1, info.max, -7, 7, 3]] * 2, dtype=make_dtype(dt).numpy) if info
+         else np.array([[-1.5, -0.0, 0.0, 2.25, -1e30, 1e30, -3, 3]] * 2, dtype=np.float32))
+    y = apply_typed(f, t, x)
+    want = np.maximum(x, 0).astype(y.dtype)
+    if dt == "bf16":        # a bf16 result is rounded to bf16 like every bf16 result (apply_typed)
+        want = round_bf16(want)
+    assert y.dtype == make_dtype(dt).numpy and np.array_equal(y, want)

@@ -339,6 +339,15 @@ def _frac_reg():
     return Reg("frac", 4, 8, doc="silu/exp: fractional bits (0..14)")
 
 
+class Relu(HwFn):
+    """``max(x, 0)``: a sign test and a multiplexer per element, no multiplier."""
+
+    name = "relu"
+
+    def build(self, m, a, b, out, regs):
+        return [Mux(x < 0, 0, x) for x in a.elems]
+
+
 class Silu(HwFn):
     """``h = clamp((x >> 2) + one/2, 0, one)``, ``y = sat((x·h) >> frac)``: one multiplier per element."""
 
@@ -451,8 +460,8 @@ class Affine(HwFn):
         return [wrap32(wrap32(x * regs["scale"]) + regs["offset"]) for x in a.elems]
 
 
-HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, Div, MatMul, Requantize, Silu, Exp,
-                                                        RowSum, RowMax, ColSum, ColMax, Affine)}
+HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, Div, MatMul, Requantize, Relu, Silu,
+                                                        Exp, RowSum, RowMax, ColSum, ColMax, Affine)}
 
 
 def hw_fn(owner: str, name: str, matmul_transpose_a: bool | None = None) -> HwFn:

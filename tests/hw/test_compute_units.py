@@ -158,6 +158,15 @@ def test_map_silu_exp(sim_backend, size, dt, fracs):
             check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=fn(name, frac=frac)), backend=sim_backend)
 
 
+@pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16"), (2, "int32")])
+def test_map_relu(sim_backend, size, dt):
+    """relu keeps the operand's type: full-range inputs, negatives to 0, under random stalls."""
+    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=("relu",)))
+    st, toks = stream(np.random.default_rng(9), Tile(dt, size, size), "rank2")
+    assert any(t.is_data and (t.payload < 0).any() for t in toks)      # the stimulus has negatives to clip
+    check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn="relu"), backend=sim_backend)
+
+
 @pytest.mark.parametrize("f, dt", [("row_sum", "int16"), ("row_max", "int8"), ("row_sum", "int32")])
 def test_map_row_reduce(sim_backend, f, dt):
     unit = Map(MapParams(rows=4, cols=4, dtype=dt, fns=(f,)))
