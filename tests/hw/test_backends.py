@@ -53,10 +53,7 @@ def test_unit_scenarios_agree_with_the_amaranth_simulator(name, backend):
 def test_stop_merger_cycles_agree(seed):
     """The scenario that counted one cycle less on the Amaranth simulator (129/141 against 130/142): every
     back-end now counts to the last output transfer."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_plumbing import DONE_BIT, FMT, StopMerger, pack_event, random_events
+    from .test_plumbing import DONE_BIT, FMT, StopMerger, pack_event, random_events
     events = random_events(seed)
     got = {}
     for b in BACKENDS:
