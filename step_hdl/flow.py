@@ -27,12 +27,13 @@ __all__ = ["DRAM_PRESETS", "DramParams", "Fabric", "ModelParams", "ModelResult",
 def model_params(fabric: Fabric | int = 4, dram: DramParams | str = "paper", dtype: str | None = None,
                  **fabric_fields) -> ModelParams:
     """The model's parameters for ``fabric`` (a :class:`Fabric`, or a physical tile size for a default
-    fabric of element type ``dtype``, int16 unless given, with ``fabric_fields`` such as ``max_fifo_depth``)
-    and DRAM preset ``dram``."""
+    fabric of element type int16) with ``dtype`` and ``fabric_fields`` (such as ``max_fifo_depth``) replacing
+    the fabric's own, and DRAM preset ``dram``."""
     if not isinstance(fabric, Fabric):
-        fabric = Fabric(tile=fabric, dtype=dtype or "int16", **fabric_fields)
-    elif dtype is not None and dtype != fabric.dtype:
-        fabric = Fabric.from_json({**fabric.to_json(), "dtype": dtype})
+        fabric = Fabric(tile=fabric)
+    changes = {**({"dtype": dtype} if dtype is not None else {}), **fabric_fields}
+    if changes:
+        fabric = Fabric.from_json({**fabric.to_json(), **changes})
     return ModelParams.from_fabric(fabric, dram)
 
 
