@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from step_hdl.types import BufferRef, Tile, TupleType
 from step_hdl.units.layout import tile_format
 from step_hdl.units.memport import pack_tensor, unpack_tensor
 
@@ -70,6 +71,32 @@ def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
     return unpack_tensor(tiles, rows, cols, fmt)
 
 
+HARDWARE_DTYPES = ("int8", "int16", "int32")
+
+
+def _tiles_in(t):
+    if isinstance(t, Tile):
+        yield t
+    elif isinstance(t, BufferRef):
+        yield from _tiles_in(t.dtype)
+    elif isinstance(t, TupleType):
+        for item in t.items:
+            yield from _tiles_in(item)
+
+
+def check_element_types(graph) -> None:
+    """Raise :class:`FabricError` naming the first node and port whose stream carries tiles of a type the
+    hardware units cannot compute on (today: anything but int8, int16 and int32)."""
+    for node in graph.topological_order():
+        ports = [(f"input '{p}'", node.inputs[p].type) for p in node.input_ports() if node.inputs.get(p) is not None]
+        ports += [(f"output '{p}'", t) for p, t in node.out_types.items()]
+        for where, st in ports:
+            for tile in _tiles_in(st.dtype):
+                if tile.dtype.name not in HARDWARE_DTYPES:
+                    raise FabricError(f"{node.kind} '{node.name}' {where}: carries {tile} tiles; the hardware "
+                                      f"units compute on {', '.join(HARDWARE_DTYPES)} only")
+
+
 def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_passes: bool = False,
             dtype: str | None = None) -> Prepared:
     """Lower ``workload`` (a :class:`~step_hdl.workloads.base.Workload`) onto ``fabric`` (or a tile size)."""
@@ -79,6 +106,7 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     if not workload.dtype.is_int:
         raise FabricError(f"the hardware units compute on integer element types (int8, int16, int32); this "
                           f"workload uses {workload.dtype.name} (on the command line: --dtype int16)")
+    check_element_types(workload.graph)
     lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt,
                bindings=workload.subs)
     fab = lo.fabric

@@ -101,7 +101,12 @@ class FabricHarness(wiring.Component):
 
 @dataclass
 class RtlResult:
-    """What an RTL run measured."""
+    """What an RTL run measured.
+
+    ``outputs`` holds every stored tensor as read back from the DRAM model after the run; ``mismatches``
+    describes, per tensor that differs from the interpreter, how many elements differ and the first, and
+    ``differ`` gives all their ``(row, col)`` positions (``numpy.argwhere``).
+    """
 
     backend: str
     status: str                       # "done" | "hung" | "timeout"
@@ -115,6 +120,8 @@ class RtlResult:
     build_s: float = 0.0
     stuck: list = field(default_factory=list)
     run_s: float = 0.0               # wall time of the run phase alone (start pulse to done)
+    outputs: dict = field(default_factory=dict)      # name -> numpy array read back from the DRAM model
+    differ: dict = field(default_factory=dict)       # name -> (k, 2) array of (row, col) where it differs
 
     @property
     def cycles_per_s(self) -> float:
@@ -140,7 +147,8 @@ class RtlResult:
                "outputs_match": self.outputs_match, "mismatches": self.mismatches,
                "offchip_bytes": self.offchip_bytes, "bytes_read": self.bytes_read,
                "bytes_written": self.bytes_written, "wall_s": round(self.wall_s, 3), "build_s": round(self.build_s, 3),
-               "run_s": round(self.run_s, 3), "cycles_per_s": round(self.cycles_per_s), "stuck": self.stuck}
+               "run_s": round(self.run_s, 3), "cycles_per_s": round(self.cycles_per_s), "stuck": self.stuck,
+               "differ": {k: v[:100].tolist() for k, v in self.differ.items()}}
         if design is not None:
             out["utilization"] = {k: {a: round(b, 4) for a, b in v.items()}
                                   for k, v in self.utilization(design).items()}
@@ -172,17 +180,18 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
                        stuck, {e.label: counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"]
                                for e in design.edges
                                if counters[f"{e.label}.produced"] != counters[f"{e.label}.consumed"]})
-    mism = {}
+    mism, outputs, differ = {}, {}, {}
     for name, (first, n) in prep.outputs.items():
-        got = tensor_of_words(prep.program, name, words[name])
+        got = outputs[name] = tensor_of_words(prep.program, name, words[name])
         want = prep.expected[name]
         if not np.array_equal(got, want):
-            diff = np.argwhere(got != want)
+            diff = differ[name] = np.argwhere(got != want)
             i = tuple(int(x) for x in diff[0])
             mism[name] = (f"{len(diff)} of {want.size} elements differ, first at {i}: got {got[i]}, "
                           f"interpreter {want[i]}")
     return RtlResult(backend, status, counters["cycles"], status == "done" and not mism, mism,
-                     counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck, run_s)
+                     counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck, run_s,
+                     outputs, differ)
 
 
 # ----------------------------------------------------------------------------- back-ends
