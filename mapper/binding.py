@@ -37,9 +37,11 @@ def bind(graph, fabric: Fabric) -> Binding:
                 continue
             t = ref.type.dtype
             rows = getattr(t, "rows", None)
-            # physical tiles: P x P, or the partial ones of row-tiled streams ([1, P] rows, [1, 1] scalars) and
-            # narrow table rows ([1, c], c < P: an index table's (start, length))
-            if rows is not None and (t.rows, t.cols) not in ((fabric.tile, fabric.tile), (1, fabric.tile)) and \
+            # physical tiles: P x P, or the partial ones of row-tiled streams ([1, P] rows, [1, 1] scalars),
+            # narrow table rows ([1, c], c < P: an index table's (start, length)) and the [P, 1] column pieces
+            # of row reductions
+            if rows is not None and (t.rows, t.cols) not in ((fabric.tile, fabric.tile), (1, fabric.tile),
+                                                             (fabric.tile, 1)) and \
                     not (t.rows == 1 and t.cols < fabric.tile):
                 problems.append(f"{node.kind} '{node.name}' port '{port}' carries {t} tiles; the fabric's "
                                 f"physical tile is {fabric.tile}x{fabric.tile} (or [1, {fabric.tile}] rows; "

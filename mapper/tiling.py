@@ -45,8 +45,17 @@ their ranks shifted by the two block dimensions:
   operand along the row; with a ``[1, C]`` second operand over ``N`` rows
   (softmax's ``s - col_max(s)``) the rows are buffered whole until the
   operand is there, then replayed with the operand re-read once per row;
-* ``col_max``/``col_sum`` of row tiles are an Accum over the rows, and a
-  ``transpose_a`` matmul of two row-tiled operands (``Vᵀ·e``, contracting the
+* ``row_max``/``row_sum`` reduce each physical tile to a ``[pr, 1]`` column
+  piece (``[P, 1]``, or ``[1, 1]`` for row tiles) and combine a block row's
+  pieces with an Accum; ``col_max``/``col_sum`` reduce each ``P x P`` tile to
+  a ``[1, P]`` row (row tiles already are one) and accumulate down the block
+  keeping its column positions (Accum ``keep=1``). Their int32 state is cast
+  back (requantize by 0, exact) to the logical type of a ``max`` unless every
+  consumer computes in int32 anyway;
+* an element-wise function with a ``[R, 1]`` second operand (``x -
+  row_max(x)``) repeats each column piece along its block row; the unit
+  broadcasts it over the tile's columns;
+* a ``transpose_a`` matmul of two row-tiled operands (``Vᵀ·e``, contracting the
   dynamic ``N``) is one outer product ``[1, P]ᵀ x [1, P]`` per row pair,
   accumulated (its first operand buffered whole per tile: in attention it
   is loaded long before the second is computed from the same rows).
@@ -72,11 +81,13 @@ import sympy
 from step_hdl.errors import StepError
 from step_hdl.functions import fn
 from step_hdl.graph import Graph
-from step_hdl.types import Tile, as_dim
+from step_hdl.types import Tile, as_dim, dims_equal
 
 ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize"}
 #: column reductions -> (Accum update, initial state)
 COLUMN_REDUCE = {"col_max": ("max", "lowest"), "col_sum": ("add", "zeros")}
+#: row reductions -> (Accum update combining the physical tiles of a block row, initial state)
+ROW_REDUCE = {"row_max": ("max", "lowest"), "row_sum": ("add", "zeros")}
 
 
 class TilingError(StepError):
@@ -398,6 +409,9 @@ class _Lowering:
         if f.name in COLUMN_REDUCE:
             self.out(node, "out", self._column_reduce(node, ins[0], f))
             return
+        if f.name in ROW_REDUCE:
+            self.out(node, "out", self._row_reduce(node, ins[0], f))
+            return
         if f.name not in ELEMENTWISE:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
         tiles = [node.t(p).dtype for p in node.input_ports()]
@@ -412,6 +426,12 @@ class _Lowering:
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
         elif len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows) and phys[0][0] == 1:
             ins = self._row_broadcast(node, ins, phys)
+        elif len(tiles) == 2 and as_dim(tiles[1].cols) == 1 != as_dim(tiles[0].cols) \
+                and dims_equal(tiles[0].rows, tiles[1].rows):
+            # [R, C] . [R, 1] (softmax's x - row_max(x)): each [pr, 1] piece of the column repeats along
+            # its block row of C/P tiles; the unit broadcasts the piece over the tile's columns
+            rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
+            ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
         elif len(tiles) == 2 and all(p[2:] == (1, 1) for p in phys):
             pass        # single physical tiles: the unit broadcasts a side of size 1 itself
         elif len({(t.rows, t.cols) for t in tiles}) != 1:
@@ -458,19 +478,60 @@ class _Lowering:
                                   read_shape=[1], read_stride=[1], name=f"{pre}_read_vec")
         return [rows_a, vec_rd]
 
-    def _column_reduce(self, node, rows_in, f):
-        """``col_max``/``col_sum`` of ``[N, C]`` row tiles: an Accum over the rows, one ``[1, C]`` result."""
+    def _column_reduce(self, node, tiles_in, f):
+        """``col_max``/``col_sum`` of a logical ``[R, C]`` tile (a block ``[rb, cb]`` of ``[pr, pc]``
+        physical tiles): each physical tile's column reduction (skipped for row tiles, where it is the row
+        itself), then an Accum down the block's ``rb`` rows keeping its ``cb`` column positions; one block
+        row ``[1, cb]`` of ``[1, pc]`` tiles."""
         where = f"Map '{node.name}'"
-        pr, pc, _, cb = self.phys(node.t("in0").dtype, where)
-        if pr != 1 or cb != 1:
-            raise TilingError(f"{where}: {f.name} of {node.t('in0').dtype} is supported on row tiles of one "
-                              f"physical tile (C <= {self.P}) only yet")
+        t = node.t("in0").dtype
+        pr, pc, _, cb = self.phys(t, where)
         upd, init = COLUMN_REDUCE[f.name]
-        # the state is int32 for integers (an Accum's add/max of int tiles is int32); col_max's values are
-        # the input's, so only the width differs from the logical [1, C] of the input type
-        acc_dt = "int32" if node.t("in0").dtype.dtype.is_int else node.t("in0").dtype.dtype.name
-        acc = self.g.accum(rows_in, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2, name=node.name)
-        return self.blocked(acc, node.name)
+        # the state is int32 for integers (an Accum's add/max of int tiles is int32)
+        acc_dt = "int32" if t.dtype.is_int else t.dtype.name
+        if pr == 1 and cb == 1:
+            acc = self.g.accum(tiles_in, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2,
+                               name=node.name if self._keeps_int32(node, acc_dt) else f"{node.name}_rows")
+            return self._as_type(self.blocked(acc, node.name), node, acc_dt)
+        cols = self.g.map(tiles_in, f, name=f"{node.name}_tiles") if pr != 1 else tiles_in
+        acc = self.g.accum(cols, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2, keep=1,
+                           name=f"{node.name}_rows")
+        return self._as_type(self.g.reshape(acc, 0, cb, name=node.name), node, acc_dt)
+
+    def _row_reduce(self, node, tiles_in, f):
+        """``row_max``/``row_sum`` of a logical ``[R, C]`` tile: each physical tile's row reduction
+        (``[pr, 1]``), combined along the block row's ``cb`` tiles by an Accum; a block ``[rb, 1]``."""
+        where = f"Map '{node.name}'"
+        t = node.t("in0").dtype
+        pr, _, _, cb = self.phys(t, where)
+        pieces = self.g.map(tiles_in, f, name=node.name if cb == 1 else f"{node.name}_tiles")
+        if cb == 1:
+            return pieces
+        upd, init = ROW_REDUCE[f.name]
+        acc_dt = "int32" if t.dtype.is_int else t.dtype.name
+        acc = self.g.accum(pieces, upd, fn(init, rows=pr, cols=1, dtype=acc_dt), rank=1,
+                           name=f"{node.name}_cols")
+        return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node, acc_dt)
+
+    def _keeps_int32(self, node, acc_dt) -> bool:
+        """Whether ``node``'s result can stay in the accumulator's type: it is that type, or every consumer
+        is a binary arithmetic Map (its result a function of the values alone) computing in that type anyway (softmax's ``s - col_max(s)``), so the values
+        and the consumer's result are the same either way."""
+        want = node.out_types["out"].dtype.dtype.name
+        if want == acc_dt:
+            return True
+        label = f"{node.name}.out"
+        users = [n for n in self.src.nodes.values() if any(r is not None and r.label == label
+                                                           for r in n.inputs.values())]
+        return bool(users) and all(n.kind == "Map" and n.p("fn").name in ("add", "sub", "mul", "max", "div")
+                                   and n.out_types["out"].dtype.dtype.name == acc_dt for n in users)
+
+    def _as_type(self, stream, node, acc_dt):
+        """A reduction accumulated in int32 back in its logical type (a max of int8/int16 values: exact)."""
+        if self._keeps_int32(node, acc_dt):
+            return stream
+        want = node.out_types["out"].dtype.dtype.name
+        return self.g.map(stream, fn("requantize", shift=0, dtype=want), name=f"{node.name}_as_{want}")
 
     def _outer_matmul(self, node, ins, f):
         """``aᵀ·b`` of ``[N, M]`` and ``[N, K]`` row tiles (contracting the dynamic ``N``): one outer

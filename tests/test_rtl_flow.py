@@ -385,3 +385,18 @@ def test_relu_layer_bit_exact_on_amaranth():
     assert np.array_equal(interp_run(g, t).memory["y"], want) and (want == 0).sum() > 10
     res = run(prepare(Workload(g, t, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
     assert res.outputs_match, res.mismatches
+
+
+@pytest.mark.parametrize("rows, cols", [(8, 8), (8, 16), (12, 8), (4, 4), (6, 8), (1, 8)])
+@pytest.mark.parametrize("f", ["row_max", "row_sum", "col_max", "col_sum", "sub_row_max"])
+def test_reductions_bit_exact_in_rtl(rows, cols, f):
+    """Every row and column reduction on blocks of 4x4 tiles, on wide, tall, single and row tiles (and
+    x - row_max(x), the column broadcast) runs in RTL as the interpreter computes it, full int16 range."""
+    from step_hdl.interp import run as interp_run
+    from test_tiling import reduce_graph
+    g = reduce_graph(rows, cols, f, "int16")
+    x = {"x": np.random.default_rng(rows * 100 + cols).integers(-32768, 32767, (2 * rows, cols)).astype(np.int16)}
+    want = interp_run(g, x).memory["y"]
+    res = run(prepare(Workload(g, x, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
+    assert res.outputs_match, res.mismatches
+    assert np.array_equal(res.outputs["y"], want)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sympy
 
-from step_hdl import Graph, run
+from step_hdl import Graph, fn, run
 from step_hdl.mapper.tiling import TilingError, tile_physical
 from step_hdl.metrics import metrics
 from step_hdl.workloads import swiglu
@@ -36,10 +36,46 @@ def test_swiglu_small_at_4x4(dt):
 def test_unsupported_operator_is_named():
     g = Graph("t")
     g.tensor("x", 8, 8, "int16")
-    x = g.load("x", tile=(8, 8), out_shape=[1], stride=[1])
-    g.output(g.map(x, "row_sum", name="rs"))
-    with pytest.raises(TilingError, match="Map 'rs': function 'row_sum' is not supported"):
+    x = g.load("x", tile=(8, 8), out_shape=[1, 1], stride=[1, 1])
+    g.output(g.scan(x, "add", fn("zeros", rows=8, cols=8, dtype="int32"), name="sc"))
+    with pytest.raises(TilingError, match="Scan 'sc': hierarchical tiling does not support this operator yet"):
         tile_physical(g, 4)
+
+
+#: logical tiles on 4x4 physical tiles: blocks of P x P tiles (one or several along each side), row tiles
+#: (6 or 1 rows: not a multiple of 4), narrow and wide
+REDUCE_TILES = [(4, 4), (8, 4), (4, 8), (8, 8), (8, 16), (12, 8), (6, 8), (6, 4), (1, 8), (1, 4)]
+
+
+def reduce_graph(rows, cols, f, dt):
+    """Two ``[rows, cols]`` tiles of ``x`` (one above the other) reduced by ``f`` (or, for ``sub_row_max``,
+    ``x`` minus its row maxima) and stored."""
+    g = Graph(f"{f}_{rows}x{cols}")
+    g.tensor("x", 2 * rows, cols, dt)
+    x = g.load("x", tile=(rows, cols), out_shape=[2, 1], stride=[1, 0], name="load_x")
+    if f == "sub_row_max":
+        a, b = g.broadcast(x, 2, name="split")
+        y = g.map([a, g.map(b, "row_max", name="m")], "sub", name="y")
+    else:
+        y = g.map(x, f, name="y")
+    t = y.type.dtype
+    yr, yc = (int(t.rows), int(t.cols))
+    g.tensor("y", 2 * yr, yc, t.dtype.name)
+    g.store(y, "y", tile=(yr, yc), name="store_y")
+    return g
+
+
+@pytest.mark.parametrize("rows, cols", REDUCE_TILES)
+@pytest.mark.parametrize("f", ["row_max", "row_sum", "col_max", "col_sum", "sub_row_max"])
+def test_reductions_lower_on_every_tile_shape(rows, cols, f):
+    """row_max/row_sum combine a block row's per-tile results with an Accum; col_max/col_sum accumulate
+    down the block keeping its column positions; x - row_max(x) repeats each column piece along its block
+    row. Same values and types as the logical graph (int16 inputs spanning the whole range)."""
+    g = reduce_graph(rows, cols, f, "int16")
+    x = np.random.default_rng(rows * 100 + cols).integers(-32768, 32767, (2 * rows, cols)).astype(np.int16)
+    want = run(g, {"x": x}).memory["y"]
+    got = run(tile_physical(g, 4), {"x": x}).memory["y"]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_partial_physical_tiles_are_reported():
