@@ -48,9 +48,14 @@ from .errors import StepError
 from .workloads.registry import WORKLOADS, build
 
 
-def _add_workload_parsers(sub, command: str, help_text: str, extra=None):
+GRAPH = "graph"
+#: commands that take a workload or a graph file (``step-hdl CMD GRAPH.json --inputs IN.npz``)
+GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "synth", "draw")
+
+
+def _add_workload_parsers(sub, command: str, help_text: str, extra=None, graph_files: bool = True):
     p = sub.add_parser(command, help=help_text)
-    wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
+    wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD" + ("|GRAPH.json" if graph_files else ""))
     for name, (_, params, desc) in WORKLOADS.items():
         wp = wsub.add_parser(name, help=desc, description=f"{help_text}: {desc}")
         for prm in params:
@@ -59,17 +64,44 @@ def _add_workload_parsers(sub, command: str, help_text: str, extra=None):
         wp.add_argument("--json", action="store_true", help="print one JSON object")
         if extra:
             extra(wp)
+    if graph_files:
+        desc = "a graph file (step-hdl export's JSON, or Graph.dumps) with its inputs"
+        wp = wsub.add_parser(GRAPH, help=f"{desc}: step-hdl {command} GRAPH.json --inputs INPUTS.npz",
+                             description=f"{help_text}: {desc}. INPUTS.npz holds each input tensor under its name, "
+                                         f"source data under stream.<key>, optional expected outputs under "
+                                         f"expected.<tensor> and dynamic sizes under binding.<symbol> "
+                                         f"(step-hdl export --inputs writes one).")
+        wp.add_argument("path", metavar="GRAPH.json", help="the graph file")
+        wp.add_argument("--inputs", metavar="INPUTS.npz", default=None,
+                        help="input tensors and stream data (default: none; a graph that loads a tensor needs it)")
+        wp.add_argument("--json", action="store_true", help="print one JSON object")
+        if extra:
+            extra(wp)
     return p
 
 
+def _workload(args):
+    """The workload a command names: a built-in one with its parameters, or a graph file with its inputs."""
+    if args.workload == GRAPH:
+        from .workloads.files import load
+        return load(args.path, args.inputs)
+    return build(args.workload, args)
+
+
+def _label(args) -> str:
+    return args.path if args.workload == GRAPH else args.workload
+
+
 def _params_of(args) -> dict:
+    if args.workload == GRAPH:
+        return {"graph": args.path, "inputs": args.inputs}
     names = [p.dest for p in WORKLOADS[args.workload][1]]
     return {k: getattr(args, k) for k in names}
 
 
 def cmd_metrics(args) -> int:
     from .metrics import metrics, observed_symbols
-    w = build(args.workload, args)
+    w = _workload(args)
     m = metrics(w.graph)
     values = dict(w.subs)
     observed = False
@@ -79,7 +111,7 @@ def cmd_metrics(args) -> int:
         values.update(observed_symbols(w.graph, w.run()))
         observed = True
     report = m.to_dict(values if not args.symbolic else None)
-    report["workload"] = args.workload
+    report["workload"] = _label(args)
     report["params"] = _params_of(args)
     report["substitutions"] = {k: int(v) for k, v in sorted(values.items())} if not args.symbolic else {}
     report["observed_in_run"] = observed
@@ -87,7 +119,7 @@ def cmd_metrics(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"{args.workload} {' '.join(f'{k}={v}' for k, v in report['params'].items())}")
+    print(f"{_label(args)} {' '.join(f'{k}={v}' for k, v in report['params'].items())}")
     for key in ("offchip_bytes", "onchip_bytes", "flops", "operational_intensity"):
         val = report[key]
         print(f"  {key:24s} {val:,}" if isinstance(val, int) else f"  {key:24s} {val}")
@@ -98,14 +130,14 @@ def cmd_metrics(args) -> int:
 
 def cmd_run(args) -> int:
     from .metrics import metrics, observed_symbols
-    w = build(args.workload, args)
+    w = _workload(args)
     t0 = time.perf_counter()
     res = w.run(seed=args.seed_schedule)
     wall = time.perf_counter() - t0
     bad = w.mismatches(res)
     sym = metrics(w.graph).subs({**w.subs, **observed_symbols(w.graph, res)}).offchip_bytes
     report = {
-        "workload": args.workload, "params": _params_of(args), "outputs_match": not bad, "mismatches": bad,
+        "workload": _label(args), "params": _params_of(args), "outputs_match": not bad, "mismatches": bad,
         "offchip_bytes": res.offchip_bytes,
         "offchip_bytes_symbolic": int(sym) if sym.is_Integer else str(sym),
         "nodes": len(w.graph.nodes), "tokens": sum(len(v) for v in res.edges.values()),
@@ -115,7 +147,7 @@ def cmd_run(args) -> int:
         print(json.dumps(report, indent=1))
     else:
         status = "outputs match numpy" if not bad else "OUTPUTS DIFFER: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
-        print(f"{args.workload}: {status}")
+        print(f"{_label(args)}: {status}")
         print(f"  nodes {report['nodes']}, tokens {report['tokens']:,}, off-chip bytes {res.offchip_bytes:,} "
               f"(symbolic {report['offchip_bytes_symbolic']}), {wall:.2f} s")
     return 0 if not bad else 1
@@ -123,12 +155,12 @@ def cmd_run(args) -> int:
 
 def cmd_model(args) -> int:
     from .flow import model
-    w = build(args.workload, args)
+    w = _workload(args)
     dt = w.dtype.name if w.dtype.name in ("int8", "int16", "int32", "fp32", "bf16") else "int16"
     t0 = time.perf_counter()
     res = model(w, args.phys_tile, args.dram, timing_only=not args.values, dtype=dt)
     wall = time.perf_counter() - t0
-    report = {"workload": args.workload, "params": _params_of(args), "phys_tile": args.phys_tile, "dram": args.dram,
+    report = {"workload": _label(args), "params": _params_of(args), "phys_tile": args.phys_tile, "dram": args.dram,
               **res.to_dict(), "wall_s": round(wall, 3)}
     if args.values:
         bad = w.mismatches(type("R", (), {"memory": res.memory})())
@@ -136,7 +168,7 @@ def cmd_model(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"{args.workload}: {res.cycles:,} cycles (model, {args.phys_tile}x{args.phys_tile} tiles, DRAM '{args.dram}', "
+    print(f"{_label(args)}: {res.cycles:,} cycles (model, {args.phys_tile}x{args.phys_tile} tiles, DRAM '{args.dram}', "
           f"{wall:.2f} s)")
     print(f"  off-chip bytes {res.offchip_bytes:,}, bandwidth utilization {res.bandwidth_utilization:.3f}, "
           f"matmul utilization {res.compute_utilization:.3f}")
@@ -149,7 +181,7 @@ def cmd_model(args) -> int:
 
 def _prepared(args):
     from .flow import Fabric, prepare
-    w = build(args.workload, args)
+    w = _workload(args)
     fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
     return w, prepare(w, fabric)
 
@@ -173,7 +205,7 @@ def cmd_sim(args) -> int:
     from .flow import DRAM_PRESETS, model, run_rtl as rtl_run
     w, prep = _prepared(args)
     if not args.json:
-        print(f"{args.workload}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
+        print(f"{_label(args)}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
               f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
               file=sys.stderr, flush=True)
     if args.waves and args.backend != "amaranth":
@@ -182,7 +214,7 @@ def cmd_sim(args) -> int:
         return 2
     res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves)
     dram = DRAM_PRESETS[args.dram]
-    report = {"workload": args.workload, "params": _params_of(args), "tile": prep.design.fabric.tile,
+    report = {"workload": _label(args), "params": _params_of(args), "tile": prep.design.fabric.tile,
               **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
     if args.waves:
         from .sim.rtl import build_root
@@ -196,7 +228,7 @@ def cmd_sim(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(f"{args.workload}: {res.cycles:,} cycles ({args.backend}), outputs "
+        print(f"{_label(args)}: {res.cycles:,} cycles ({args.backend}), outputs "
               f"{'match the interpreter' if res.outputs_match else 'DIFFER: ' + '; '.join(res.mismatches.values())}")
         print(f"  off-chip bytes {res.offchip_bytes:,} (interpreter {prep.reference_bytes:,}), bandwidth "
               f"{report['bandwidth_fraction']:.3f} of the '{args.dram}' bound; sim {res.wall_s:.1f} s, "
@@ -211,23 +243,32 @@ def cmd_sim(args) -> int:
 
 
 def cmd_draw(args) -> int:
-    w = build(args.workload, args)
-    text = w.graph.to_dot()
+    if args.workload == GRAPH:        # the graph alone: no inputs needed
+        from .workloads.files import load_graph
+        graph = load_graph(args.path)
+    else:
+        graph = _workload(args).graph
+    text = graph.to_dot()
     _write(args.output, text)
     if args.json:
-        print(json.dumps({"workload": args.workload, "output": args.output, "nodes": len(w.graph.nodes)}))
+        print(json.dumps({"workload": _label(args), "output": args.output, "nodes": len(graph.nodes)}))
     else:
-        print(f"wrote {args.output} ({len(w.graph.nodes)} nodes)")
+        print(f"wrote {args.output} ({len(graph.nodes)} nodes)")
     return 0
 
 
 def cmd_export(args) -> int:
-    w = build(args.workload, args)
+    from .workloads.files import save_inputs
+    w = _workload(args)
     _write(args.output, w.graph.dumps())
+    if args.inputs:
+        save_inputs(w, args.inputs)
     if args.json:
-        print(json.dumps({"workload": args.workload, "output": args.output, "nodes": len(w.graph.nodes)}))
+        print(json.dumps({"workload": args.workload, "output": args.output, "inputs": args.inputs,
+                          "nodes": len(w.graph.nodes)}))
     else:
-        print(f"wrote {args.output} ({len(w.graph.nodes)} nodes)")
+        print(f"wrote {args.output} ({len(w.graph.nodes)} nodes)"
+              + (f" and {args.inputs} (inputs, expected outputs, bindings)" if args.inputs else ""))
     return 0
 
 
@@ -277,11 +318,15 @@ def parser() -> argparse.ArgumentParser:
                           lambda p: fabric_args(p, False))
     _add_workload_parsers(sub, "sim", "simulate a mapped workload in RTL and check it",
                           lambda p: fabric_args(p, True))
-    for cmd, what, default in (("draw", "Graphviz DOT of a workload's graph", "graph.dot"),
-                               ("export", "a workload's graph as JSON", "graph.json")):
-        _add_workload_parsers(sub, cmd, what,
-                              lambda p, d=default: p.add_argument("-o", "--output", default=d,
-                                                                  help=f"output file, - for stdout (default: {d})"))
+    def output(p, default):
+        p.add_argument("-o", "--output", default=default, help=f"output file, - for stdout (default: {default})")
+    _add_workload_parsers(sub, "draw", "Graphviz DOT of a workload's graph", lambda p: output(p, "graph.dot"))
+    def export_args(p):
+        output(p, "graph.json")
+        p.add_argument("--inputs", metavar="INPUTS.npz", default=None,
+                       help="also write the inputs, expected outputs and bindings here, for the commands that "
+                            "take the graph file")
+    _add_workload_parsers(sub, "export", "a workload's graph as JSON", export_args, graph_files=False)
     _add_compare_parser(sub)
     _add_synth_parser(sub)
     return ap
@@ -384,14 +429,14 @@ def cmd_synth(args) -> int:
     from step_hdl.fpga.ecp5 import synthesize
     t0 = time.perf_counter()
     say = lambda msg: print(msg, file=sys.stderr, flush=True)      # noqa: E731
-    if args.workload in WORKLOADS:
+    if args.workload in WORKLOADS or args.workload == GRAPH:
         from step_hdl.mapper.top import FabricTop
         _, prep = _prepared(args)
         d = prep.design
-        say(f"{args.workload}: {len(d.units)} units, {len(d.edges)} FIFOs on {d.fabric.tile}x{d.fabric.tile} "
+        say(f"{_label(args)}: {len(d.units)} units, {len(d.edges)} FIFOs on {d.fabric.tile}x{d.fabric.tile} "
             f"{d.fabric.dtype} tiles (without the testbench counters and the DRAM model)")
         component, name = FabricTop(d, counters=False), f"{d.name}_top"
-        what = {"workload": args.workload, "params": _params_of(args), "tile": d.fabric.tile}
+        what = {"workload": _label(args), "params": _params_of(args), "tile": d.fabric.tile}
     else:
         from step_hdl.fpga.unit_table import unit
         component, name = unit(args.workload, args.tile, args.dtype), args.workload
@@ -403,7 +448,7 @@ def cmd_synth(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    label = args.workload + (f" {args.tile}x{args.tile} {args.dtype}" if "unit" in what else "")
+    label = _label(args) + (f" {args.tile}x{args.tile} {args.dtype}" if "unit" in what else "")
     print(f"{label} on {rep.target}: {rep.luts:,} LUTs, {rep.ffs:,} FFs, {rep.dsps} DSPs, {rep.brams} BRAMs"
           + (f" ({rep.soft_multipliers} multipliers in LUTs)" if rep.soft_multipliers else ""))
     if rep.fmax_mhz is not None:
@@ -419,7 +464,18 @@ COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build":
             "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare, "synth": cmd_synth}
 
 
+def _graph_file_argv(argv: list) -> list:
+    """``step-hdl CMD GRAPH.json ...`` -> ``step-hdl CMD graph GRAPH.json ...``: a graph file is accepted
+    where a workload name is (a ``.json`` name, or any existing file that is not a workload or unit name)."""
+    import os
+    if len(argv) >= 2 and argv[0] in GRAPH_COMMANDS and not argv[1].startswith("-") and argv[1] not in WORKLOADS \
+            and argv[1] != GRAPH and (argv[1].endswith(".json") or os.path.isfile(argv[1])):
+        return [argv[0], GRAPH, *argv[1:]]
+    return argv
+
+
 def main(argv=None) -> int:
+    argv = _graph_file_argv(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
