@@ -83,7 +83,7 @@ from step_hdl.functions import fn
 from step_hdl.graph import Graph
 from step_hdl.types import Tile, as_dim, dims_equal
 
-ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize"}
+ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize", "affine"}
 #: column reductions -> (Accum update, initial state)
 COLUMN_REDUCE = {"col_max": ("max", "lowest"), "col_sum": ("add", "zeros")}
 #: row reductions -> (Accum update combining the physical tiles of a block row, initial state)

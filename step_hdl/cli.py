@@ -30,8 +30,13 @@ Commands
     FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
-``step-hdl export <workload> [params] -o graph.json``
-    The graph as JSON (``Graph.from_json`` reads it back).
+``step-hdl export <workload> [params] -o graph.json [--inputs in.npz]``
+    The graph as JSON (``Graph.from_json`` reads it back) and, with
+    ``--inputs``, its inputs, expected outputs and bindings.
+
+``metrics``, ``run``, ``model``, ``build``, ``sim``, ``synth`` and ``draw``
+take a graph file in place of a workload: ``step-hdl sim GRAPH.json --inputs
+INPUTS.npz`` (``docs/flow.md``).
 
 Every command prints a short human summary, or with ``--json`` one JSON object.
 Exit status: 0 on success, 1 when outputs differ from numpy, 2 on bad input.

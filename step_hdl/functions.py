@@ -419,7 +419,7 @@ class Silu(_Unary):
     def out_type(self, f, a):
         a = _tile(a, f)
         if a.dtype.name == "int32":
-            raise StepTypeError(f"function {f}: fixed-point silu takes int8 or int16, got int32 "
+            raise StepTypeError(f"function {f}: fixed-point {f.name} takes int8 or int16, got int32 "
                                 f"(requantize first)")
         return a
 

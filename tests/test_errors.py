@@ -256,6 +256,11 @@ def silu_int32():
     g.map(x, "silu", name="act")
 
 
+def exp_int32():
+    g, x = g_vec("int32")
+    g.map(x, "exp", name="act")
+
+
 def div_int_float():
     g, x = g_vec("int8")
     g.tensor("s", 64, 16, "fp32")
@@ -762,7 +767,9 @@ CASES = [
     Case("requantize-missing-param", fn_missing_param, StepTypeError,
          ("Map 'rq'", "function 'requantize' needs parameter(s) ['dtype']"), ("Map", "rq")),
     Case("silu-int32", silu_int32, StepTypeError,
-         ("Map 'act'", "silu", "takes int8 or int16, got int32"), ("Map", "act")),
+         ("Map 'act'", "fixed-point silu takes int8 or int16, got int32"), ("Map", "act")),
+    Case("exp-int32", exp_int32, StepTypeError,
+         ("Map 'act'", "fixed-point exp takes int8 or int16, got int32 (requantize first)"), ("Map", "act")),
     Case("div-int-float", div_int_float, StepTypeError,
          ("Map 'norm'", "function div cannot combine int8 and fp32"), ("Map", "norm")),
     Case("div-broadcast", div_broadcast, StepTypeError,
