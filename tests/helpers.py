@@ -59,3 +59,16 @@ def tiles(rows, cols, *shape, dt="int32"):
 # sizes with all fifteen points, H=8 keeps the simulations short (two physical tiles inner)
 REDUCED = dict(batch=16, hidden=8, inter=64)
 SWEEP = [(tb, ti) for tb in (4, 8, 16) for ti in (4, 8, 16, 32, 64)]
+
+
+def relu_layer():
+    """A user's own small layer, ``y = relu(requantize(x @ w, 4))`` on 8x8 int16 tensors, and its inputs."""
+    from step_hdl import Graph, fn
+    g = Graph("relu_layer")
+    for name in ("x", "w", "y"):
+        g.tensor(name, 8, 8, "int16")
+    x, w = (g.load(t, tile=(8, 8), out_shape=[1], stride=[1], name=f"load_{t}") for t in "xw")
+    h = g.map(g.map([x, w], "matmul", name="mm"), fn("requantize", shift=4, dtype="int16"), name="q")
+    g.store(g.map(h, "relu", name="act"), "y", tile=(8, 8), name="store_y")
+    rng = np.random.default_rng(2)
+    return g, {n: rng.integers(-40, 40, (8, 8)).astype(np.int16) for n in "xw"}

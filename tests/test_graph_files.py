@@ -6,10 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from step_hdl import Graph, fn
 from step_hdl.cli import main
 from step_hdl.flow import InputError, load_workload, save_workload, workload
 from step_hdl.workloads.registry import build, defaults
+
+from helpers import relu_layer
 
 SMALL_SWIGLU = ["--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b", "8", "--tile-inter", "16",
                 "--dtype", "int16"]
@@ -19,17 +20,6 @@ def run_cli(capsys, *argv):
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-def relu_layer():
-    g = Graph("relu_layer")
-    for name in ("x", "w", "y"):
-        g.tensor(name, 8, 8, "int16")
-    x, w = (g.load(t, tile=(8, 8), out_shape=[1], stride=[1], name=f"load_{t}") for t in "xw")
-    h = g.map(g.map([x, w], "matmul", name="mm"), fn("requantize", shift=4, dtype="int16"), name="q")
-    g.store(g.map(h, "relu", name="act"), "y", tile=(8, 8), name="store_y")
-    rng = np.random.default_rng(2)
-    return g, {n: rng.integers(-40, 40, (8, 8)).astype(np.int16) for n in "xw"}
 
 
 @pytest.fixture

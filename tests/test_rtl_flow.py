@@ -373,14 +373,8 @@ def test_relu_layer_bit_exact_on_amaranth():
     """A matmul, requantize and relu layer of a user's own: relu lowers like the element-wise maps and runs
     bit-exactly in RTL (a third of the outputs clipped to 0)."""
     from step_hdl.interp import run as interp_run
-    g = Graph("relu_layer")
-    for name in ("x", "w", "y"):
-        g.tensor(name, 8, 8, "int16")
-    x, w = (g.load(t, tile=(8, 8), out_shape=[1], stride=[1], name=f"load_{t}") for t in "xw")
-    h = g.map(g.map([x, w], "matmul", name="mm"), fn("requantize", shift=4, dtype="int16"), name="q")
-    g.store(g.map(h, "relu", name="act"), "y", tile=(8, 8), name="store_y")
-    rng = np.random.default_rng(2)
-    t = {n: rng.integers(-40, 40, (8, 8)).astype(np.int16) for n in "xw"}
+    from helpers import relu_layer
+    g, t = relu_layer()
     want = np.maximum(np.clip((t["x"].astype(np.int64) @ t["w"]) >> 4, -32768, 32767), 0).astype(np.int16)
     assert np.array_equal(interp_run(g, t).memory["y"], want) and (want == 0).sum() > 10
     res = run(prepare(Workload(g, t, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
