@@ -58,8 +58,8 @@ class DramModel(wiring.Component):
         Number of memory ports.
     params : DramParams
         Timing: ``channels``, ``request_bytes``, ``latency`` (1 .. 4096),
-        ``interval`` (1 .. 4096) and ``inflight``, all positive integers; see
-        *Notes*.
+        ``interval`` (1 .. 4096), ``inflight`` and ``queue``, all positive
+        integers; see *Notes*.
     depth : int
         Words of storage. Word ``i`` holds bytes ``i * word_bytes`` ..
         ``(i + 1) * word_bytes - 1``; a request addresses word
@@ -103,60 +103,73 @@ class DramModel(wiring.Component):
     **Semantics** are those of the memory port: every request gets exactly one
     response, in request order per port; a read returns the word, a write
     returns ``rdata = 0``; ``tag`` comes back unchanged. A request reads or
-    writes the array in the cycle it is accepted, so a write is visible to
-    every request accepted later, on any port. ``bytes`` matters only for
-    timing: the whole word is always read or written.
+    writes the array in the cycle it is accepted; a write takes effect at the
+    end of that cycle, so it is visible to every request accepted later, on
+    any port (a read accepted in the same cycle on another port sees the old
+    word). ``bytes`` matters only for timing: the whole word is always read
+    or written.
 
     **Timing.** "Cycle t" is a clock period; a transfer in cycle t means
     ``valid`` and ``ready`` are both high in cycle t (it happens at the clock
-    edge ending cycle t).
+    edge ending cycle t). Each port has its own request sequencer; each
+    channel its own queue.
 
     1. *Blocks.* The byte address space is cut into blocks of
        R = ``request_bytes`` bytes. A request ``(addr, bytes)`` covers blocks
        ``addr // R`` .. ``(addr + max(bytes, 1) - 1) // R`` (``bytes`` above
        ``word_bytes`` counts as ``word_bytes``). Block b is served by channel
        ``b % channels``.
-    2. *Acceptance.* At most one request is accepted per cycle. The request
-       of port p is accepted in cycle t if (i) no request is in issue, or the
-       request in issue issues its last block in cycle t; (ii) fewer than
-       ``resp_depth`` of port p's requests accepted before cycle t have
-       responses not transferred before cycle t; (iii) ``load_en`` is low; and
-       (iv) the round-robin arbiter picks p: of the ports with ``req.valid``
-       high that meet (ii), the first one after the port accepted last in the
-       cyclic order port0, port1, ... (port0 first after reset). The accepted
-       request is *in issue* from cycle t + 1.
-    3. *Issue.* In every cycle u the request in issue issues its remaining
-       blocks in address order, several per cycle, up to the first block that
-       cannot issue. A block can issue in cycle u if its channel issued no
-       block in cycles u - ``interval`` + 1 .. u (so each channel accepts at
-       most one block every ``interval`` cycles) and fewer than ``inflight``
-       blocks are outstanding, counting those issued earlier in cycle u. A
-       block issued in cycle s is outstanding in cycles s .. s + ``latency``
-       - 1 and complete from cycle s + ``latency``. The request finishes
-       issuing in the cycle its last block issues.
-    4. *Response.* The response of a request whose last block issued in
-       cycle s is valid from cycle max(s + ``latency``, v + 1), where v is the
-       cycle the same port's previous response was transferred, and stays
-       valid until it is transferred.
+    2. *Acceptance.* Port p's request is accepted in cycle t if (i) port p's
+       sequencer is empty, or enqueues the last block of its request in cycle
+       t; (ii) fewer than ``resp_depth`` of port p's requests accepted before
+       cycle t have responses not transferred before cycle t; (iii)
+       ``load_en`` is low; and (iv) for a write, it is the write granted in
+       cycle t: of the ports with a write request meeting (i)-(iii), the first
+       after the port whose write was accepted last, in the cyclic order
+       port0, port1, ... (port0 first after reset). So any number of reads,
+       and one write, are accepted per cycle. The request is in port p's
+       sequencer from cycle t + 1.
+    3. *Enqueue.* In cycle u the sequencers take turns, starting with port
+       ``T(u) % ports``, where ``T(u)`` is the number of cycles before u in
+       which some sequencer held a request: each enqueues the remaining blocks of its request in
+       address order, several per cycle, up to the first block that cannot
+       go: a block can be enqueued if its channel's queue held fewer than
+       ``queue`` blocks at the start of cycle u and no sequencer before it in
+       cycle u's turn order enqueued into that channel. So every channel takes
+       at most one new block per cycle, from any port. *Coalescing:* the
+       first block of a request accepted while the same port has a response
+       outstanding, if it is the last block of the port's previous request,
+       is not enqueued: it is that block (in-order responses make the request
+       wait for it). So consecutive small requests (two 32-byte 4x4 int16
+       tiles, eight 8-byte row pieces) share one block and one channel slot,
+       as a memory controller's request merging (or a unit's bursts) would.
+    4. *Issue.* In cycle u each channel issues the block at the head of its
+       queue (enqueued before cycle u) if it issued no block in cycles
+       u - ``interval`` + 1 .. u - 1 and fewer than
+       ``max(1, inflight // channels)`` of its blocks are outstanding. A block
+       issued in cycle s is outstanding in cycles s .. s + ``latency`` - 1 and
+       complete from cycle s + ``latency``.
+    5. *Response.* The response of a request is valid from the first cycle in
+       which all its blocks are complete and the same port's previous response
+       has been transferred in an earlier cycle; it stays valid until it is
+       transferred.
 
-    So the fixed pipeline overhead is one cycle (acceptance to issue): **a
-    lone request transferred in cycle t (no request in issue, its channels
-    idle, nothing outstanding) has its response valid in cycle
-    t + latency + 1** (:attr:`lone_latency` cycles later) if it covers at most
-    ``channels`` and at most ``inflight`` blocks, which then all issue in cycle
-    t + 1. Sustained rates are bounded by ``channels * request_bytes /
-    interval`` bytes per cycle (channels), ``inflight / latency`` blocks per
-    cycle (in-flight limit) and one request per cycle (acceptance).
+    So **a lone request transferred in cycle t (its channels idle and their
+    queues empty) has its response valid in cycle t + latency + 2**
+    (:attr:`lone_latency` cycles later): enqueued in t + 1, issued in t + 2.
+    Sustained rates are bounded by ``channels * request_bytes / interval``
+    bytes per cycle (channels), ``inflight / latency`` blocks per cycle
+    (in-flight limit) and, per port, one request per cycle.
 
-    These parameters mean what they mean for the approximate
-    :class:`~step_hdl.sim.dram_timing.Dram`: same block-to-channel interleaving,
-    one block per channel every ``interval`` cycles, completion ``latency``
-    cycles after issue, at most ``inflight`` blocks outstanding. Differences:
-    here the in-flight limit is exact per cycle (the approximate model
-    smooths it to ``inflight`` blocks per ``latency`` cycles); blocks issue in
-    order, one request at a time, so a busy channel holds back the rest of
-    its request and every request behind it, on any port; at most one
-    request is accepted per cycle; responses leave in order per port.
+    These rules are what the approximate
+    :class:`~step_hdl.sim.dram_timing.Dram` times, transfer by transfer: the
+    same block-to-channel interleaving, one block per channel every
+    ``interval`` cycles, completion ``latency`` cycles after issue, each port
+    on its own. What a real HBM controller does and this model leaves out:
+    row-buffer hits and misses (every block costs the same), bank conflicts
+    and bank-level parallelism inside a channel, refresh, read/write
+    turnaround, and reordering within a channel (each channel serves its
+    queue first come, first served).
     """
 
     def __init__(self, shape: MemPortShape, ports: int, params: DramParams, depth: int, init=(),
@@ -175,6 +188,7 @@ class DramModel(wiring.Component):
             positive(owner, "latency", params.latency)
             positive(owner, "interval", params.interval)
             positive(owner, "inflight", params.inflight)
+            positive(owner, "queue", params.queue)
             if params.latency > MAX_LATENCY:
                 raise ParamError(f"{owner}: latency must be <= {MAX_LATENCY}, got {params.latency}")
             if params.interval > MAX_INTERVAL:
@@ -219,7 +233,7 @@ class DramModel(wiring.Component):
     @property
     def lone_latency(self) -> int:
         """Cycles from a lone request's transfer to its response becoming valid."""
-        return self.params.latency + 1
+        return self.params.latency + 2
 
     def port(self, p: int):
         """Memory port ``p`` (the member ``port{p}``)."""
@@ -232,206 +246,253 @@ class DramModel(wiring.Component):
         s, p_ = self.shape, self.params
         P, C, RB, WB = self.ports, p_.channels, p_.request_bytes, s.word_bytes
         NB = self.max_blocks
-        K = min(NB, C)                       # most blocks one request issues in one cycle
+        K = min(NB, C)                       # most blocks one sequencer enqueues in one cycle
         R = self.resp_depth
         ports = [self.port(p) for p in range(P)]
 
-        # ---- one array: rows 0 .. depth-1 are the words, then R response slots per port (read data
-        # captured at acceptance). A request either writes a word or fills a slot, so one write port
-        # serves everything: the Python simulator expands a write port's enable bit by bit, the one
-        # per-bit cost of a wide memory. The array is cut into memories of at most _CHUNK bits (a
-        # wider one overflows the Python compiler's recursion limit in the simulator).
-        rows = self.depth + P * R
-        image = self.init + [0] * (rows - len(self.init))
+        # ---- the word array (cut into memories of at most _CHUNK bits: a wider one overflows the Python
+        # compiler's recursion limit in the simulator). One write port: the backdoor or the one write
+        # accepted per cycle; a combinational read port per memory port and one for peeking.
+        image = self.init + [0] * (self.depth - len(self.init))
         chunks = []
         for j, lo in enumerate(range(0, s.data_bits, _CHUNK)):
             width = min(_CHUNK, s.data_bits - lo)
             mask = (1 << width) - 1
             chunks.append((lo, width))
-            m.submodules[f"array{j}"] = memory.Memory(shape=unsigned(width), depth=rows,
+            m.submodules[f"array{j}"] = memory.Memory(shape=unsigned(width), depth=self.depth,
                                                       init=[w >> lo & mask for w in image])
         arrays = [m.submodules[f"array{j}"] for j in range(len(chunks))]
 
         def read_port(addr, name):
-            """A combinational read of row ``addr`` of the array."""
             out = Signal(s.data_bits, name=name)
             for a, (lo, width) in zip(arrays, chunks):
                 rp = a.read_port(domain="comb")
                 m.d.comb += [rp.addr.eq(addr), out[lo:lo + width].eq(rp.data)]
             return out
 
-        wr_en, wr_addr, wr_data = Signal(), Signal(range(rows)), Signal(s.data_bits)
+        wr_en, wr_addr, wr_data = Signal(), Signal(range(self.depth)), Signal(s.data_bits)
         for a, (lo, width) in zip(arrays, chunks):
             wp = a.write_port()
             m.d.comb += [wp.en.eq(wr_en), wp.addr.eq(wr_addr), wp.data.eq(wr_data[lo:lo + width])]
-        rd_addr = Signal(range(rows))
-        rd_data = read_port(rd_addr, "rd_data")
         peek_data = read_port(self.peek_addr, "peek_row")
         m.d.comb += self.peek_data.eq(Mux(self.peek_addr < self.depth, peek_data, 0))
 
-        now = Signal(32)
-        m.d.sync += now.eq(now + 1)
+        # ---- channels: a queue of port numbers each, the interval, the in-flight limit
+        pbits = max(1, (P - 1).bit_length())
+        queues, room, issue, issue_port, outstanding_of, free_of = [], Signal(C), Signal(C), [], [], []
+        enq, enq_port = Signal(C), [Signal(range(P), name=f"enq_port{c}") for c in range(C)]
+        limit = p_.channel_inflight
+        for c in range(C):
+            m.submodules[f"queue{c}"] = q = fifo.SyncFIFO(width=pbits, depth=p_.queue)
+            queues.append(q)
+            ready_to_issue = Signal(name=f"ch_free{c}")
+            outstanding = Signal(range(limit + 1), name=f"outstanding{c}")
+            if p_.interval > 1:
+                busy = Signal(range(p_.interval), name=f"busy{c}")
+                with m.If(issue[c]):
+                    m.d.sync += busy.eq(p_.interval - 1)
+                with m.Elif(busy != 0):
+                    m.d.sync += busy.eq(busy - 1)
+                m.d.comb += ready_to_issue.eq(busy == 0)
+            else:
+                m.d.comb += ready_to_issue.eq(1)
+            m.d.comb += [room[c].eq(q.w_rdy), q.w_en.eq(enq[c]), q.w_data.eq(enq_port[c]),
+                         q.r_en.eq(issue[c])]
+            issue_port.append(q.r_data)
+            outstanding_of.append(outstanding)
+            free_of.append(ready_to_issue)
 
-        # ---- per-port response queues: (tag, write) at acceptance, due cycle when issue finishes,
-        # read data in the port's ring of slots
-        meta_l = data.StructLayout({"tag": unsigned(s.tag_bits), "write": unsigned(1)})
-        mq, tq, w_slot = [], [], []
-        for p, port in enumerate(ports):
-            m.submodules[f"mq{p}"] = mf = fifo.SyncFIFO(width=meta_l.size, depth=R)
-            m.submodules[f"tq{p}"] = tf = fifo.SyncFIFO(width=32, depth=R)
-            mq.append(mf)
-            tq.append(tf)
-            wp = Signal(range(R), name=f"w_slot{p}")
-            rp = Signal(range(R), name=f"r_slot{p}")
-            w_slot.append(wp)
-            with m.If(mf.w_en):
-                m.d.sync += wp.eq(Mux(wp == R - 1, 0, wp + 1))
-            slot_data = read_port(self.depth + p * R + rp, f"slot_data{p}")
-            meta = Signal(meta_l, name=f"meta{p}")
-            ripe = Signal(name=f"ripe{p}")     # now >= due (modulo 2**32)
-            take = Signal(name=f"take{p}")
-            m.d.comb += [meta.eq(mf.r_data),
-                         ripe.eq(~(now - tf.r_data)[31]),
-                         port.resp.valid.eq(tf.r_rdy & ripe),   # tf never holds more entries than mf
-                         port.resp.payload.rdata.eq(Mux(meta.write, 0, slot_data)),
-                         port.resp.payload.tag.eq(meta.tag),
-                         take.eq(port.resp.valid & port.resp.ready),
-                         mf.r_en.eq(take), tf.r_en.eq(take)]
-            with m.If(take):
-                m.d.sync += rp.eq(Mux(rp == R - 1, 0, rp + 1))
-
-        # ---- the request in issue
-        h_valid = Signal()
-        h_port = Signal(range(P))
-        h_ch = Signal(range(C))              # channel of the next block
-        h_rem = Signal(range(NB + 1))        # blocks left to issue
-
-        # channel occupancy: cycles until the channel may issue again
-        free = Signal(C)
-        busy = []
-        if p_.interval > 1:
-            for c in range(C):
-                b = Signal(range(p_.interval), name=f"busy{c}")
-                busy.append(b)
-                m.d.comb += free[c].eq(b == 0)
-        else:
-            m.d.comb += free.eq((1 << C) - 1)
-
-        # in-flight count: a delay line of per-cycle issue counts, `latency` long
-        k = Signal(range(K + 1))             # blocks issued this cycle
-        m.submodules.line = line = memory.Memory(shape=unsigned(len(k)), depth=p_.latency, init=[])
+        # completions: a delay line of per-cycle (issued, port) per channel, `latency` long (initially empty)
+        entry = 1 + pbits
+        m.submodules.line = line = memory.Memory(shape=unsigned(C * entry), depth=p_.latency, init=[])
         line_rd = line.read_port(domain="comb")
         line_wr = line.write_port()
         ptr = Signal(range(p_.latency))
-        warm = Signal()                      # the line holds `latency` cycles of counts since reset
-        window = Signal(range(p_.inflight + K + 1))  # blocks issued in cycles now-latency .. now-1
-        old = Signal(range(K + 1))           # blocks issued in cycle now-latency (complete now)
-        outstanding = Signal(range(p_.inflight + K + 1))
-        m.d.comb += [line_rd.addr.eq(ptr), line_wr.addr.eq(ptr), line_wr.data.eq(k), line_wr.en.eq(1),
-                     old.eq(Mux(warm, line_rd.data, 0)), outstanding.eq(window - old)]
-        m.d.sync += [ptr.eq(Mux(ptr == p_.latency - 1, 0, ptr + 1)), window.eq(window - old + k)]
+        m.d.comb += [line_rd.addr.eq(ptr), line_wr.addr.eq(ptr), line_wr.en.eq(1),
+                     line_wr.data.eq(Cat(*(Cat(issue[c], issue_port[c]) for c in range(C))))]
+        m.d.sync += ptr.eq(Mux(ptr == p_.latency - 1, 0, ptr + 1))
+        # the line holds `latency` cycles of issues since reset (a memory's initial contents are not reliably
+        # zero in every simulator's Verilog)
+        warm = Signal()
         with m.If(ptr == p_.latency - 1):
             m.d.sync += warm.eq(1)
+        comp = [warm & line_rd.data[c * entry] for c in range(C)]             # a block completes now
+        comp_port = [line_rd.data[c * entry + 1:(c + 1) * entry] for c in range(C)]
+        for c, outstanding in enumerate(outstanding_of):
+            # a block completing this cycle no longer counts against the limit (outstanding s .. s+latency-1)
+            m.d.comb += issue[c].eq(queues[c].r_rdy & free_of[c] & (outstanding < limit + comp[c]))
+            m.d.sync += outstanding.eq(outstanding + issue[c] - comp[c])
 
-        # issue chain: block i of this cycle issues if all before it did, its channel is free
-        # and the in-flight limit allows it
-        rot = Signal(C)                      # rot[i]: channel of the request's i-th next block is free
-        m.d.comb += rot.eq(Cat(free, free).bit_select(h_ch, C))
-        room = Signal(range(p_.inflight + 1))
-        m.d.comb += room.eq(Mux(outstanding >= p_.inflight, 0, p_.inflight - outstanding))
-        oks = []
-        prev = h_valid
-        for i in range(K):
-            ok = Signal(name=f"issue{i}")
-            m.d.comb += ok.eq(prev & (h_rem > i) & rot[i] & (room > i))
-            oks.append(ok)
-            prev = ok
-        m.d.comb += k.eq(sum(oks))
-        finishing = Signal()
-        m.d.comb += finishing.eq(h_valid & (k == h_rem))
+        # ---- per port: the sequencer, the response queue (meta: tag, write, first channel, blocks), the read
+        # data ring, and per channel the completed blocks not yet answered
+        meta_l = data.StructLayout({"tag": unsigned(s.tag_bits), "write": unsigned(1),
+                                    "ch": unsigned(max(1, (C - 1).bit_length())), "n": unsigned(len(range(NB + 1)))})
+        h_valid = [Signal(name=f"h_valid{p}") for p in range(P)]
+        h_ch = [Signal(range(C), name=f"h_ch{p}") for p in range(P)]
+        h_rem = [Signal(range(NB + 1), name=f"h_rem{p}") for p in range(P)]
 
-        for c, b in enumerate(busy):
-            dist = Signal(range(C), name=f"dist{c}")   # (c - h_ch) mod C
-            m.d.comb += dist.eq(Mux(h_ch <= c, c - h_ch, c + C - h_ch))
-            with m.If(dist < k):
-                m.d.sync += b.eq(p_.interval - 1)
-            with m.Elif(b != 0):
-                m.d.sync += b.eq(b - 1)
+        # enqueue: sequencers in turn order from port (cycle % P); each claims the channels of its next blocks
+        # the turn moves on after every cycle in which a sequencer holds a request: it depends on the traffic
+        # alone, not on how long the memory sat idle before it (loading, configuration)
+        turn = Signal(range(P))
+        with m.If(Cat(*h_valid).any()):
+            m.d.sync += turn.eq(Mux(turn == P - 1, 0, turn + 1))
+        claimed = Const(0, C)
+        k = [None] * P
+        oks_of = {}
+        for first_pass in (True, False):
+            for q in range(P):
+                active = Signal(name=f"turn{'a' if first_pass else 'b'}{q}")
+                m.d.comb += active.eq((q >= turn) if first_pass else (q < turn))
+                rot_room = Signal(C, name=f"room{q}{'a' if first_pass else 'b'}")
+                rot_claimed = Signal(C, name=f"claimed{q}{'a' if first_pass else 'b'}")
+                before = Signal(C, name=f"claimed_before{q}{'a' if first_pass else 'b'}")
+                m.d.comb += [before.eq(claimed), rot_room.eq(Cat(room, room).bit_select(h_ch[q], C)),
+                             rot_claimed.eq(Cat(before, before).bit_select(h_ch[q], C))]
+                prev = active & h_valid[q]
+                oks = []
+                for i in range(K):
+                    ok = Signal(name=f"enq{q}_{i}{'a' if first_pass else 'b'}")
+                    m.d.comb += ok.eq(prev & (h_rem[q] > i) & rot_room[i] & ~rot_claimed[i])
+                    oks.append(ok)
+                    prev = ok
+                # the channels claimed: rotate the claims back by h_ch
+                mine = Signal(C, name=f"mine{q}{'a' if first_pass else 'b'}")
+                spread = Cat(*oks, Const(0, C - K)) if C > K else Cat(*oks)
+                back = Signal(range(C + 1), name=f"unrotate{q}{'a' if first_pass else 'b'}")
+                m.d.comb += [back.eq(C - h_ch[q]),
+                             mine.eq(Cat(spread, spread).bit_select(back, C) if C > 1 else spread)]
+                after = Signal(C, name=f"claimed_after{q}{'a' if first_pass else 'b'}")
+                m.d.comb += after.eq(before | mine)
+                for c in range(C):
+                    with m.If(mine[c]):
+                        m.d.comb += [enq[c].eq(1), enq_port[c].eq(q)]
+                claimed = after
+                oks_of.setdefault(q, []).append(oks)
+        finishing = []
+        for q in range(P):
+            kq = Signal(range(K + 1), name=f"k{q}")
+            m.d.comb += kq.eq(sum(a | b for a, b in zip(*oks_of[q])))
+            k[q] = kq
+            fin = Signal(name=f"finishing{q}")
+            m.d.comb += fin.eq(h_valid[q] & (kq == h_rem[q]))
+            finishing.append(fin)
+            nxt = Signal(range(2 * C), name=f"nxt{q}")
+            m.d.comb += nxt.eq(h_ch[q] + kq)
+            m.d.sync += [h_rem[q].eq(h_rem[q] - kq), h_ch[q].eq(Mux(nxt >= C, nxt - C, nxt))]
+            with m.If(fin):
+                m.d.sync += h_valid[q].eq(0)
 
-        nxt = Signal(range(2 * C))
-        m.d.comb += nxt.eq(h_ch + k)
-        m.d.sync += [h_rem.eq(h_rem - k), h_ch.eq(Mux(nxt >= C, nxt - C, nxt))]
-        with m.If(finishing):
-            m.d.sync += h_valid.eq(0)
-        with m.Switch(h_port):
-            for p in range(P):
-                with m.Case(p):
-                    m.d.comb += [tq[p].w_en.eq(finishing), tq[p].w_data.eq(now + p_.latency)]
-
-        # ---- round-robin arbiter and acceptance
-        can_accept = Signal()
-        m.d.comb += can_accept.eq(~self.load_en & (~h_valid | finishing))
-        eligible = [Signal(name=f"eligible{p}") for p in range(P)]
+        # ---- acceptance: every port whose sequencer frees up; one write per cycle, round-robin
+        can = [Signal(name=f"can{p}") for p in range(P)]
+        mq = []
         for p, port in enumerate(ports):
-            m.d.comb += eligible[p].eq(port.req.valid & mq[p].w_rdy)
-        last = Signal(range(P), init=P - 1)  # the port accepted last (port0 goes first)
-        grant = Signal(range(P))
-        any_ = Signal()
-        with m.Switch(last):
+            m.submodules[f"mq{p}"] = mf = fifo.SyncFIFO(width=meta_l.size, depth=R)
+            mq.append(mf)
+            m.d.comb += can[p].eq(port.req.valid & mf.w_rdy & ~self.load_en & (~h_valid[p] | finishing[p]))
+        writing = [Signal(name=f"writing{p}") for p in range(P)]
+        for p, port in enumerate(ports):
+            m.d.comb += writing[p].eq(can[p] & port.req.payload.write)
+        last_w = Signal(range(P), init=P - 1)
+        w_grant, w_any = Signal(range(P)), Signal()
+        with m.Switch(last_w):
             for lp in range(P):
                 with m.Case(lp):
                     for j in range(P):
                         q = (lp + 1 + j) % P
-                        with (m.If if j == 0 else m.Elif)(eligible[q]):
-                            m.d.comb += [grant.eq(q), any_.eq(1)]
-        accept = Signal()
-        m.d.comb += accept.eq(can_accept & any_)
+                        with (m.If if j == 0 else m.Elif)(writing[q]):
+                            m.d.comb += [w_grant.eq(q), w_any.eq(1)]
+        with m.If(w_any):
+            m.d.sync += last_w.eq(w_grant)
 
-        req = Signal(request_layout(s))
-        slot = Signal(range(rows))           # the granted port's next response slot
-        with m.Switch(grant):
-            for p, port in enumerate(ports):
-                with m.Case(p):
-                    m.d.comb += [req.eq(port.req.payload), port.req.ready.eq(accept),
-                                 mq[p].w_en.eq(accept), slot.eq(self.depth + p * R + w_slot[p])]
-        meta_in = Signal(meta_l)
-        m.d.comb += [meta_in.tag.eq(req.tag), meta_in.write.eq(req.write)]
-        for mf in mq:
-            m.d.comb += mf.w_data.eq(meta_in)
+        narrow = any(b != WB for b in self.port_bytes)
+        for p, port in enumerate(ports):
+            req = port.req.payload
+            accept = Signal(name=f"accept{p}")
+            m.d.comb += accept.eq(can[p] & (~req.write | (w_any & (w_grant == p))))
+            m.d.comb += port.req.ready.eq(accept)
+            word = Signal(len(req.addr), name=f"word{p}")
+            in_range = Signal(name=f"in_range{p}")
+            m.d.comb += [word.eq(_div(req.addr, WB)), in_range.eq(word < self.depth)]
+            rd = read_port(Mux(in_range, word, 0), f"rd_data{p}")
+            rd_sub, wr_word = rd, req.wdata
+            if narrow:
+                b = self.port_bytes[p]
+                shift = Signal(range(8 * WB), name=f"sub_shift{p}")
+                pmask = (1 << (8 * b)) - 1
+                m.d.comb += shift.eq(_mod(req.addr, WB) * 8)
+                rd_sub = Signal(s.data_bits, name=f"rd_sub{p}")
+                wr_word = Signal(s.data_bits, name=f"wr_sub{p}")
+                m.d.comb += [rd_sub.eq((rd >> shift) & pmask),
+                             wr_word.eq((rd & ~(Const(pmask, s.data_bits) << shift)) | ((req.wdata & pmask) << shift))]
+            with m.If(self.load_en):
+                m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
+                             wr_data.eq(self.load_data)]
+            with m.Elif(accept & req.write):
+                m.d.comb += [wr_en.eq(in_range), wr_addr.eq(word), wr_data.eq(wr_word)]
 
-        word = Signal(len(req.addr))
-        in_range = Signal()
-        m.d.comb += [word.eq(_div(req.addr, WB)), in_range.eq(word < self.depth),
-                     rd_addr.eq(Mux(in_range, word, 0))]
-        rd_sub, wr_word = rd_data, req.wdata
-        if any(b != WB for b in self.port_bytes):
-            # narrow ports: the sub-word at byte offset addr % WB (read shifted down, written in place)
-            shift = Signal(range(8 * WB), name="sub_shift")
-            pmask = Signal(s.data_bits, name="sub_mask")
-            m.d.comb += shift.eq(_mod(req.addr, WB) * 8)
-            with m.Switch(grant):
-                for p, b in enumerate(self.port_bytes):
-                    with m.Case(p):
-                        m.d.comb += pmask.eq((1 << (8 * b)) - 1)
-            rd_sub = Signal(s.data_bits, name="rd_sub")
-            wr_word = Signal(s.data_bits, name="wr_sub")
-            m.d.comb += [rd_sub.eq((rd_data >> shift) & pmask),
-                         wr_word.eq((rd_data & ~(pmask << shift)) | ((req.wdata & pmask) << shift))]
-        with m.If(self.load_en):
-            m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
-                         wr_data.eq(self.load_data)]
-        with m.Elif(accept & req.write):
-            m.d.comb += [wr_en.eq(in_range), wr_addr.eq(word), wr_data.eq(wr_word)]
-        with m.Elif(accept):
-            m.d.comb += [wr_en.eq(1), wr_addr.eq(slot), wr_data.eq(Mux(in_range, rd_sub, 0))]
+            # the read data ring of this port's responses (cut like the array)
+            w_slot = Signal(range(R), name=f"w_slot{p}")
+            r_slot = Signal(range(R), name=f"r_slot{p}")
+            ring_data = Signal(s.data_bits, name=f"ring_data{p}")
+            for j, (lo, width) in enumerate(chunks):
+                m.submodules[f"slots{p}_{j}"] = ring = memory.Memory(shape=unsigned(width), depth=R, init=[])
+                ring_wr, ring_rd = ring.write_port(), ring.read_port(domain="comb")
+                m.d.comb += [ring_wr.en.eq(accept & ~req.write), ring_wr.addr.eq(w_slot),
+                             ring_wr.data.eq(Mux(in_range, rd_sub, 0)[lo:lo + width]), ring_rd.addr.eq(r_slot),
+                             ring_data[lo:lo + width].eq(ring_rd.data)]
+            with m.If(accept & ~req.write):
+                m.d.sync += w_slot.eq(Mux(w_slot == R - 1, 0, w_slot + 1))
 
-        # blocks of the accepted request
-        nbytes = Signal(range(WB + 1))
-        m.d.comb += nbytes.eq(Mux(req.bytes == 0, 1, Mux(req.bytes > WB, WB, req.bytes)))
-        first = Signal(len(req.addr))
-        last_b = Signal(len(req.addr) + 1)
-        m.d.comb += [first.eq(_div(req.addr, RB)), last_b.eq(_div(req.addr + nbytes - 1, RB))]
-        with m.If(accept):
-            m.d.sync += [h_valid.eq(1), h_port.eq(grant), last.eq(grant),
-                         h_ch.eq(_mod(first, C)), h_rem.eq(last_b - first + 1)]
+            # blocks of the accepted request -> the sequencer and the response queue
+            nbytes = Signal(range(WB + 1), name=f"nbytes{p}")
+            m.d.comb += nbytes.eq(Mux(req.bytes == 0, 1, Mux(req.bytes > WB, WB, req.bytes)))
+            first = Signal(len(req.addr), name=f"first{p}")
+            last_b = Signal(len(req.addr) + 1, name=f"last{p}")
+            n = Signal(range(NB + 1), name=f"n{p}")
+            ch0 = Signal(range(C), name=f"ch0_{p}")
+            # coalescing: a first block that is the port's last block of a request not yet answered is
+            # that block (it costs no channel slot; in-order responses make this request wait for it)
+            prev_blk = Signal(len(req.addr) + 1, name=f"prev_block{p}")
+            merged = Signal(name=f"merged{p}")
+            start_b = Signal(len(req.addr) + 1, name=f"start_block{p}")
+            m.d.comb += [first.eq(_div(req.addr, RB)), last_b.eq(_div(req.addr + nbytes - 1, RB)),
+                         merged.eq(mq[p].r_rdy & (first == prev_blk)),
+                         start_b.eq(first + merged), n.eq(last_b + 1 - start_b), ch0.eq(_mod(start_b, C))]
+            with m.If(accept):
+                m.d.sync += prev_blk.eq(last_b)
+            meta_in = Signal(meta_l, name=f"meta_in{p}")
+            m.d.comb += [meta_in.tag.eq(req.tag), meta_in.write.eq(req.write), meta_in.ch.eq(ch0),
+                         meta_in.n.eq(n), mq[p].w_en.eq(accept), mq[p].w_data.eq(meta_in)]
+            with m.If(accept):
+                m.d.sync += [h_valid[p].eq(n != 0), h_ch[p].eq(ch0), h_rem[p].eq(n)]
+
+            # response: the head request's blocks on every channel complete
+            meta = Signal(meta_l, name=f"meta{p}")
+            m.d.comb += meta.eq(mq[p].r_data)
+            full, extra = Signal(range(NB // C + 2), name=f"full{p}"), Signal(range(C), name=f"extra{p}")
+            if C & (C - 1) == 0:
+                m.d.comb += [full.eq(meta.n >> (C.bit_length() - 1)), extra.eq(meta.n & (C - 1))]
+            else:
+                m.d.comb += [full.eq(meta.n // C), extra.eq(meta.n % C)]
+            complete = Signal(name=f"complete{p}")
+            take = Signal(name=f"take{p}")
+            checks = []
+            for c in range(C):
+                need = Signal(range(NB + 1), name=f"need{p}_{c}")
+                dist = Signal(range(C), name=f"dist{p}_{c}")         # (c - first channel) mod C
+                m.d.comb += [dist.eq(Mux(meta.ch <= c, c - meta.ch, c + C - meta.ch)),
+                             need.eq(full + (dist < extra))]
+                done = Signal(range(R * NB + 1), name=f"done{p}_{c}")
+                arrive = Signal(name=f"arrive{p}_{c}")
+                m.d.comb += arrive.eq(comp[c] & (comp_port[c] == p))
+                checks.append(done + arrive >= need)
+                m.d.sync += done.eq(done + arrive - Mux(take, need, 0))
+            m.d.comb += [complete.eq(mq[p].r_rdy & Cat(*checks).all()),
+                         port.resp.valid.eq(complete),
+                         port.resp.payload.rdata.eq(Mux(meta.write, 0, ring_data)),
+                         port.resp.payload.tag.eq(meta.tag),
+                         take.eq(port.resp.valid & port.resp.ready), mq[p].r_en.eq(take)]
+            with m.If(take & ~meta.write):
+                m.d.sync += r_slot.eq(Mux(r_slot == R - 1, 0, r_slot + 1))
         return m

@@ -18,10 +18,11 @@ class DramParams:
     """Off-chip memory timing, shared with the RTL DRAM model.
 
     ``channels`` independent channels; a request moves ``request_bytes``; each
-    channel accepts a new request every ``interval`` cycles; a request completes
-    ``latency`` cycles after it is accepted; at most ``inflight`` requests are
-    outstanding. Consecutive ``request_bytes`` blocks of the address space
-    interleave over the channels.
+    channel issues a new request every ``interval`` cycles from a queue of up
+    to ``queue`` requests; a request completes ``latency`` cycles after it is
+    issued; at most ``inflight`` requests are outstanding, ``inflight //
+    channels`` per channel. Consecutive ``request_bytes`` blocks of the address
+    space interleave over the channels.
     """
 
     channels: int = 8
@@ -29,20 +30,30 @@ class DramParams:
     latency: int = 64
     interval: int = 2
     inflight: int = 512
+    queue: int = 64
+
+    @property
+    def channel_inflight(self) -> int:
+        """Requests one channel may have outstanding."""
+        return max(1, self.inflight // self.channels)
 
     @property
     def peak_bytes_per_cycle(self) -> float:
         return self.channels * self.request_bytes / self.interval
 
 
-#: ``paper``: the STeP paper's validation setup: 8 channels, 64-byte requests, one request per channel every
-#: 2 cycles. ``paper-interval1``: the same with a request per channel every cycle. With it no request waits
-#: for a busy channel, so the RTL DRAM model's in-order issue (``sim.dram``: a request held up by its channel
-#: holds up every request behind it, on every port) never costs anything and it times requests as this
-#: model's :class:`Dram` does (each channel on its own). At reduced size that matters: two 32-byte 4x4 tiles,
-#: or a few rows of a narrow tensor, share one 64-byte block, so at ``paper`` consecutive requests often
-#: wait for a channel (docs/study-dynamic-tiling.md).
-DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512), "paper-interval1": DramParams(8, 64, 64, 1, 512)}
+#: ``paper``: the STeP paper's HDL validation setup (its SwiGLU sweep against Ramulator2 HBM2): 8 channels,
+#: 64-byte requests, one request per channel every 2 cycles = 256 B/cycle, latency 64. ``paper-studies``:
+#: the memory of the paper's three dynamic studies, 32 channels of 64 B every 2 cycles = 1,024 B/cycle.
+#: ``paper-interval1``: ``paper`` with a request per channel every cycle (512 B/cycle), a comparison point
+#: for how much a workload waits on channel bandwidth. Every channel queues 64 requests (the paper's
+#: Ramulator2 queue of 512 over 8 channels) and has ``inflight // channels`` of them outstanding at most.
+DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512), "paper-studies": DramParams(32, 64, 64, 2, 2048),
+                "paper-interval1": DramParams(8, 64, 64, 1, 512)}
+
+
+#: cycles from a request's acceptance to its blocks' earliest issue (into the channel queue, then out)
+PIPELINE = 2
 
 
 class Dram:
@@ -60,7 +71,7 @@ class Dram:
             raise ValueError(f"DRAM interval must be >= 0 cycles, got {p.interval}")
         self.p = p
         self.window_free = 0.0
-        self.accept_free = 0
+        self.accept_free: dict = {}    # per memory port: when it can have its next request accepted
         self.bytes = 0
         self.last = 0
         self._plans: dict = {}     # (bytes, first channel) -> _plan()
@@ -95,18 +106,19 @@ class Dram:
         out = self._plans[(nbytes, c0)] = (n, n * p.latency / p.inflight, tuple(plan), uniform)
         return out
 
-    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1) -> int:
+    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1, port=None) -> int:
         """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
 
-        ``port_requests``: memory-port requests the transfer takes (one per physical tile). The RTL DRAM
-        model (``sim.dram``) accepts one port request per cycle over all ports and answers a request
-        ``latency + 1`` cycles after accepting it, so a transfer of many small tiles (4x4 int16: 32 B) is
-        limited to one tile per cycle whatever the channels could do.
+        ``port_requests``: memory-port requests the transfer takes (one per physical tile), on memory port
+        ``port`` (any hashable: the unit's name). As in the RTL DRAM model (``sim.dram``), each port has
+        one request accepted per cycle, all ports at once; a block reaches its channel's queue the cycle
+        after its request is accepted and issues the cycle after that at the earliest, so a lone request
+        completes ``latency + 2`` cycles after it is accepted.
         """
-        accepted = self.accept_free
+        accepted = self.accept_free.get(port, 0)
         if now > accepted:
             accepted = now
-        self.accept_free = accepted + port_requests
+        self.accept_free[port] = accepted + port_requests
         plan = self._plans.get((nbytes, (addr // self._request_bytes) % self._channels))
         if plan is None:
             plan = self._plan(nbytes, (addr // self._request_bytes) % self._channels)
@@ -119,9 +131,7 @@ class Dram:
                 start = floor
             if now > start:
                 start = now
-            done = start + finish                               # the channel free last finishes last
-            if now > done:
-                done = now
+            done = start + finish + PIPELINE                    # the channel free last finishes last
             self._floor = (floor if floor > now else now) + occupancy
             self._shift = shift + occupancy
         else:
@@ -136,18 +146,18 @@ class Dram:
                 own[ch] = o = start + occupancy - shift
                 if o > self._own_max:
                     self._own_max = o
-                if start + finish > done:
-                    done = start + finish
+                if start + finish + PIPELINE > done:
+                    done = start + finish + PIPELINE
         # in-flight limit: at most `inflight` requests per `latency` cycles
         start = self.window_free
         if not start > now:
             start = float(now)
         self.window_free = start = start + window
         latency = self._latency
-        t = math.ceil(start) + latency - 1
+        t = math.ceil(start) + latency - 1 + PIPELINE
         if t > done:
             done = t
-        t = accepted + port_requests + latency
+        t = accepted + port_requests - 1 + latency + PIPELINE
         if t > done:
             done = t
         self.bytes += nbytes

@@ -62,7 +62,9 @@ class FabricHarness(wiring.Component):
         if shape is None:
             from step_hdl.units.memport import MemPortShape
             shape = MemPortShape()
-        self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init,
+        # a response slot for every request a unit may have in flight, so the memory never holds a port back
+        inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
+        self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
                               port_bytes=[sh.word_bytes for sh in shapes] or None)
         super().__init__({"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
                           "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),

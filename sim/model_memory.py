@@ -83,7 +83,8 @@ class TimedMemory(Memory):
     def _timed(self, node, index, tr, tc):
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
-        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes, self.pieces(tr, tc))
+        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes, self.pieces(tr, tc),
+                                node.name)
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
@@ -117,7 +118,7 @@ class TimedMemory(Memory):
         queue costs nothing.
         """
         st = self._load(node.name)
-        early, queue, access = st.early, channel.queue, self.dram.access
+        early, queue, access, name = st.early, channel.queue, self.dram.access, node.name
         start = nbytes = pieces = base = None    # the tensor's address, a tile's bytes and pieces: at first use
 
         def prefetch() -> None:
@@ -146,7 +147,7 @@ class TimedMemory(Memory):
                 if tok.stop or tok.done:
                     continue
                 index = base + int(tok.payload.item(0))
-                early.append((access(now, start + index * nbytes, nbytes, pieces), pieces))
+                early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
                 free -= pieces
                 if free < pieces:
                     break
@@ -172,14 +173,14 @@ class TimedMemory(Memory):
             access = self.dram.access
             if not ready:
                 addr, nbytes, pieces = pend.popleft()
-                ready.append(access(now, addr, nbytes, pieces))
+                ready.append(access(now, addr, nbytes, pieces, name))
                 held.append(pieces)
                 st.held_sum += pieces
             use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
             while pend and use + pend[0][2] <= credits:
                 addr, nbytes, pieces = pend.popleft()
                 use += pieces
-                ready.append(access(now, addr, nbytes, pieces))
+                ready.append(access(now, addr, nbytes, pieces, name))
                 held.append(pieces)
                 st.held_sum += pieces
         st.held_sum -= held.popleft()

@@ -112,18 +112,18 @@ def test_fused_operator_loops_match_the_operators_own_code(routing):
 
 def test_dram_channel_bookkeeping_matches_per_channel_reference():
     """Dram keeps the channels' free times in O(1) for transfers over all channels; the same as one counter
-    per channel."""
+    per channel (and one acceptance time per port)."""
     import random
     from step_hdl.sim.dram_timing import Dram
 
     class Reference:
         def __init__(self, p):
-            self.p, self.free, self.window_free, self.accept_free = p, [0] * p.channels, 0.0, 0
+            self.p, self.free, self.window_free, self.accept_free = p, [0] * p.channels, 0.0, {}
 
-        def access(self, now, addr, nbytes, port_requests):
+        def access(self, now, addr, nbytes, port_requests, port):
             p = self.p
-            accepted = max(now, self.accept_free)
-            self.accept_free = accepted + port_requests
+            accepted = max(now, self.accept_free.get(port, 0))
+            self.accept_free[port] = accepted + port_requests
             n = max(1, math.ceil(nbytes / p.request_bytes))
             c0 = (addr // p.request_bytes) % p.channels
             base, extra = divmod(n, p.channels)
@@ -133,9 +133,9 @@ def test_dram_channel_bookkeeping_matches_per_channel_reference():
                 if count:
                     start = max(now, self.free[ch])
                     self.free[ch] = start + count * p.interval
-                    done = max(done, start + (count - 1) * p.interval + p.latency)
+                    done = max(done, start + (count - 1) * p.interval + p.latency + 2)
             self.window_free = max(float(now), self.window_free) + n * p.latency / p.inflight
-            return max(done, math.ceil(self.window_free) + p.latency - 1, accepted + port_requests + p.latency)
+            return max(done, math.ceil(self.window_free) + p.latency + 1, accepted + port_requests + p.latency + 1)
 
     for p in (DRAM_PRESETS["paper"], DramParams(4, 64, 64, 2, 512), DramParams(3, 32, 7, 0, 5),
               DramParams(8, 64, 0, 1, 512), DramParams(2, 64, 5, 4, 1)):
@@ -146,8 +146,8 @@ def test_dram_channel_bookkeeping_matches_per_channel_reference():
             now += rnd.choice((0, 0, 1, 2, 5, 9, 40))
             nbytes = rnd.choice((512, 512, 8, 32, 100, 4096, 64 * p.channels, 6144))
             addr = rnd.randrange(1 << 20) * rnd.choice((1, 8, 64, 512))
-            reqs = rnd.choice((1, 3, 8))
-            assert dram.access(now, addr, nbytes, reqs) == ref.access(now, addr, nbytes, reqs)
+            reqs, port = rnd.choice((1, 3, 8)), rnd.choice("abc")
+            assert dram.access(now, addr, nbytes, reqs, port) == ref.access(now, addr, nbytes, reqs, port)
             assert dram.free == ref.free and dram.window_free == ref.window_free
 
 

@@ -52,75 +52,111 @@ def blocks(p: DramParams, word_bytes: int, addr: int, nbytes: int) -> range:
 
 # ----------------------------------------------------------------------------- exact reference of the timing
 
-def reference_issue(p: DramParams, word_bytes: int, accepts):
-    """Finish cycle (last block issued) of each accepted request ``(cycle, port, addr, bytes)``, in
-    acceptance order, by the docstring's rules 3; checks that each was accepted while the slot was free
-    (rule 2 (i))."""
-    chan_last = {}
-    recent = deque()                    # issue cycles of blocks possibly still outstanding
-    finish, prev = [], None
-    for a, _, addr, nbytes in accepts:
-        assert prev is None or a >= prev, f"request accepted in cycle {a} while the previous was in issue " \
-                                          f"until {prev}"
-        u = a + 1
-        for b in blocks(p, word_bytes, addr, nbytes):
-            ch = b % p.channels
-            while True:
-                while recent and recent[0] + p.latency <= u:
-                    recent.popleft()
-                if (ch not in chan_last or u >= chan_last[ch] + p.interval) and len(recent) < p.inflight:
-                    break
-                u += 1
-            chan_last[ch] = u
-            recent.append(u)
-        finish.append(u)
-        prev = u
-    return finish
+def reference_schedule(p: DramParams, word_bytes: int, ports: int, accepts, merged):
+    """The documented rules 3-4 replayed on the observed acceptances ``(cycle, port, addr, bytes)``:
+    per request (in ``accepts`` order) the cycle its sequencer enqueues its last block and the cycle all its
+    blocks are complete; ``merged[i]``: request i's first block is coalesced with its port's previous."""
+    reqs = [[] for _ in range(ports)]             # per port: indices into accepts, in order
+    for i, (_, q, *_) in enumerate(accepts):
+        reqs[q].append(i)
+    nxt = [0] * ports                             # per port: next request to load into the sequencer
+    cur = [None] * ports                          # per port: (request index, blocks left)
+    queue = [deque() for _ in range(p.channels)]  # per channel: request indices of the blocks waiting
+    last_issue = [None] * p.channels
+    done = [deque() for _ in range(p.channels)]   # per channel: completion cycles of blocks in flight
+    finish, complete = [None] * len(accepts), [0] * len(accepts)
+    own = [list(blocks(p, word_bytes, a[2], a[3]))[1 if m else 0:] for a, m in zip(accepts, merged)]
+    left = [len(b) for b in own]
+    remaining, u, turn = sum(1 for n in left if n), 0, 0
+    for i, n in enumerate(left):
+        if not n:                                 # wholly coalesced: nothing to enqueue
+            finish[i] = accepts[i][0]
+    while remaining:
+        for q in range(ports):                    # rule 2: in the sequencer from the cycle after acceptance
+            while cur[q] is None and nxt[q] < len(reqs[q]) and accepts[reqs[q][nxt[q]]][0] < u:
+                i = reqs[q][nxt[q]]
+                nxt[q] += 1
+                if own[i]:
+                    cur[q] = (i, deque(b % p.channels for b in own[i]))
+        held = [len(x) for x in queue]            # at the start of cycle u
+        for c in range(p.channels):               # rule 4
+            while done[c] and done[c][0] <= u:
+                done[c].popleft()
+            if queue[c] and (last_issue[c] is None or u >= last_issue[c] + p.interval) \
+                    and len(done[c]) < p.channel_inflight:
+                i = queue[c].popleft()
+                last_issue[c] = u
+                done[c].append(u + p.latency)
+                complete[i] = max(complete[i], u + p.latency)
+                left[i] -= 1
+                remaining -= left[i] == 0
+        claimed = set()                           # rule 3: turns from port T(u) % ports
+        busy_cycle = any(x is not None for x in cur)
+        for j in range(ports):
+            q = (turn + j) % ports
+            if cur[q] is None:
+                continue
+            i, chans = cur[q]
+            while chans and held[chans[0]] < p.queue and chans[0] not in claimed:
+                c = chans.popleft()
+                claimed.add(c)
+                queue[c].append(i)
+            if not chans:
+                finish[i] = u
+                cur[q] = None
+        turn += busy_cycle
+        u += 1
+        assert u < 10 ** 6, "reference schedule does not finish"
+    return finish, complete
 
 
 def check_schedule(p: DramParams, word_bytes: int, ports: int, resp_depth: int, accepts, valid_cycles,
-                   responses):
-    """Check acceptance, arbitration and response timing against the documented rules.
+                   writes, responses):
+    """Check acceptance, write arbitration and response timing against the documented rules.
 
     ``accepts``: (cycle, port, addr, bytes) in acceptance order; ``valid_cycles[q]``: cycles port q's
-    ``req.valid`` was high; ``responses[q]``: (first cycle valid, transfer cycle) of each response.
+    ``req.valid`` was high; ``writes[q]``: cycles in which port q offered a write; ``responses[q]``: (first
+    cycle valid, transfer cycle) of each response.
     """
-    cycles = [a for a, *_ in accepts]
-    assert cycles == sorted(set(cycles)), "more than one request accepted in a cycle"
-    finish = reference_issue(p, word_bytes, accepts)
-    # rule 4: response valid from max(last block issue + latency, previous transfer + 1)
+    merged, last_block = [], {}
+    for a, q, addr, nbytes in accepts:          # coalescing: a response outstanding and the same block
+        b = blocks(p, word_bytes, addr, nbytes)
+        waiting = sum(1 for a2, q2, *_ in accepts if q2 == q and a2 < a) - sum(1 for _, t in responses[q] if t < a)
+        merged.append(waiting > 0 and last_block.get(q) == b[0])
+        last_block[q] = b[-1]
+    finish, complete = reference_schedule(p, word_bytes, ports, accepts, merged)
+    # rule 5: valid from max(all blocks complete, previous transfer + 1)
     per_port = [[] for _ in range(ports)]
-    for (_, q, *_), f in zip(accepts, finish):
-        per_port[q].append(f)
+    for (_, q, *_), c in zip(accepts, complete):
+        per_port[q].append(c)
     for q in range(ports):
         assert len(per_port[q]) == len(responses[q])
         prev = None
-        for i, (f, (first, took)) in enumerate(zip(per_port[q], responses[q])):
-            want = f + p.latency if prev is None else max(f + p.latency, prev + 1)
+        for i, (c, (first, took)) in enumerate(zip(per_port[q], responses[q])):
+            want = c if prev is None else max(c, prev + 1)
             assert first == want, f"port {q} response {i}: valid from cycle {first}, documented {want}"
             prev = took
-    # rule 2: in every cycle with the slot free, the first eligible port after the last accepted one
-    # is accepted (eligible: valid and fewer than resp_depth responses waiting)
-    acc_at = {a: (q, i) for i, (a, q, *_) in enumerate(accepts)}
+    # rule 2: a port is accepted exactly when it is valid, has response room, its sequencer is free (or
+    # finishing) and, for a write, it is the round-robin choice among such writers
+    acc_at = {(a, q): i for i, (a, q, *_) in enumerate(accepts)}
     taken = [sorted(t for _, t in responses[q]) for q in range(ports)]
     issued = [[a for a, q2, *_ in accepts if q2 == q] for q in range(ports)]
-    end = max(cycles)
-    last, in_issue_until = ports - 1, -1
-    for c in range(end + 1):
-        slot_free = c >= in_issue_until
-        eligible = [c in valid_cycles[q] and bisect.bisect_left(issued[q], c) - bisect.bisect_left(taken[q], c)
-                    < resp_depth for q in range(ports)]
-        want = None
-        if slot_free:
-            for j in range(ports):
-                q = (last + 1 + j) % ports
-                if eligible[q]:
-                    want = q
-                    break
-        got = acc_at.get(c, (None, None))[0]
-        assert got == want, f"cycle {c}: accepted port {got}, documented {want} (eligible {eligible})"
-        if got is not None:
-            last, in_issue_until = got, finish[acc_at[c][1]]
+    busy_until = [-1] * ports                     # the cycle the port's sequencer enqueues its last block
+    last_w = ports - 1
+    for c in range(max(a for a, *_ in accepts) + 1):
+        can = [c in valid_cycles[q] and c >= busy_until[q]
+               and bisect.bisect_left(issued[q], c) - bisect.bisect_left(taken[q], c) < resp_depth
+               for q in range(ports)]
+        granted = next(((last_w + 1 + j) % ports for j in range(ports)
+                        if can[(last_w + 1 + j) % ports] and c in writes[(last_w + 1 + j) % ports]), None)
+        for q in range(ports):
+            want = can[q] and (c not in writes[q] or q == granted)
+            got = (c, q) in acc_at
+            assert got == want, f"cycle {c}, port {q}: accepted {got}, documented {want} (can {can})"
+            if got:
+                busy_until[q] = finish[acc_at[(c, q)]]
+        if granted is not None:
+            last_w = granted
 
 
 # ----------------------------------------------------------------------------- 1. data under random stalls
@@ -132,11 +168,15 @@ CONFIGS = {
     "rb3": (2, DramParams(channels=2, request_bytes=3, latency=1, interval=3, inflight=2), 2, 10),
     "shared-blk": (3, DramParams(channels=4, request_bytes=16, latency=5, interval=1, inflight=3), 4, 16),
     "minimal": (2, DramParams(channels=1, request_bytes=8, latency=2, interval=1, inflight=1), 1, 8),
+    # channel queues of one and two blocks (a full queue stops a sequencer), in-flight 2 per channel
+    "short-queues": (4, DramParams(channels=2, request_bytes=4, latency=4, interval=1, inflight=4, queue=1), 4, 12),
+    "5ports": (5, DramParams(channels=4, request_bytes=8, latency=6, interval=2, inflight=16, queue=2), 3, 16),
 }
 
 
 @pytest.mark.parametrize("seed,config", [(0, "3ch-2blk"), (1, "rb3"), (2, "shared-blk"), (3, "3ch-2blk"),
-                                         (4, "minimal")])
+                                         (4, "minimal"), (5, "short-queues"), (6, "5ports"),
+                                         (7, "short-queues")])
 def test_random_traffic(seed, config):
     ports, params, resp_depth, depth = CONFIGS[config]
     shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4)
@@ -147,8 +187,23 @@ def test_random_traffic(seed, config):
     array = init + [0] * (depth - len(init))
     n_req = 80
     expect = [deque() for _ in range(ports)]
-    accepts, valid_cycles = [], [set() for _ in range(ports)]
+    accepts, valid_cycles, writes = [], [set() for _ in range(ports)], [set() for _ in range(ports)]
     responses = [[] for _ in range(ports)]
+    log, applied = [], [0]        # acceptances (cycle, port, addr, write, wdata, tag); entries replayed
+
+    def replay(before):
+        """Apply the log's acceptances of cycles before ``before``: a cycle's reads see the array as it was
+        before that cycle's write."""
+        entries = sorted(log[applied[0]:], key=lambda e: e[0])
+        ready = [e for e in entries if e[0] < before]
+        for cycle in sorted({e[0] for e in ready}):
+            group = [e for e in ready if e[0] == cycle]
+            for _, q, addr, write, wdata, tag in group:
+                expect[q].append((0, tag) if write else (array[addr // wb], tag))
+            for _, q, addr, write, wdata, tag in group:
+                if write:
+                    array[addr // wb] = wdata
+        log[applied[0]:] = [e for e in entries if e[0] >= before]
 
     def requester(q):
         async def tb(ctx):
@@ -169,17 +224,14 @@ def test_random_traffic(seed, config):
                 ctx.set(port.req.valid, 1)
                 while True:
                     valid_cycles[q].add(cycle)
+                    if write:
+                        writes[q].add(cycle)
                     _, _, ready = await ctx.tick().sample(port.req.ready)
                     cycle += 1
                     if ready:
                         break
-                # applied in acceptance order: every requester handles cycle c before any handles c + 1
                 accepts.append((cycle - 1, q, addr, nbytes))
-                if write:
-                    array[addr // wb] = wdata
-                    expect[q].append((0, tag))
-                else:
-                    expect[q].append((array[addr // wb], tag))
+                log.append((cycle - 1, q, addr, write, wdata, tag))
                 ctx.set(port.req.valid, 0)
         return tb
 
@@ -199,6 +251,7 @@ def test_random_traffic(seed, config):
                 if valid and first is None:
                     first = cycle
                 if valid and ready:
+                    replay(cycle)      # every acceptance before this cycle is logged by now
                     assert expect[q], f"port {q}: response without a request"
                     rdata, tag = expect[q].popleft()
                     got = (payload.rdata, payload.tag)
@@ -211,8 +264,9 @@ def test_random_traffic(seed, config):
         return tb
 
     simulate(dut, [requester(q) for q in range(ports)] + [responder(q) for q in range(ports)], 20000)
+    replay(10 ** 9)
     assert all(not e for e in expect)
-    check_schedule(params, wb, ports, resp_depth, accepts, valid_cycles, responses)
+    check_schedule(params, wb, ports, resp_depth, accepts, valid_cycles, writes, responses)
 
 
 # ----------------------------------------------------------------------------- 2. timing
@@ -261,12 +315,12 @@ def stream_reads(dut, n, addr_of, port=0, max_cycles=20000):
                                          (64, DramParams(channels=1, request_bytes=8, latency=1, interval=1,
                                                          inflight=1))])
 def test_lone_request_latency(bits, params):
-    """A lone request's response is valid exactly latency + 1 cycles after its transfer (also with a
-    512-byte tile over 8 channels, issued in one cycle); a write's too."""
+    """A lone request's response is valid exactly latency + 2 cycles after its transfer (also with a
+    512-byte tile over 8 channels, enqueued and issued in one cycle each); a write's too."""
     shape = MemPortShape(data_bits=bits, addr_bits=20, tag_bits=4)
     init = [random.Random(bits).getrandbits(bits) for _ in range(4)]
     dut = DramModel(shape, 2, params, 4, init=init)
-    assert dut.lone_latency == params.latency + 1
+    assert dut.lone_latency == params.latency + 2
     wb, seen = shape.word_bytes, []
 
     async def tb(ctx):
@@ -292,7 +346,7 @@ def test_lone_request_latency(bits, params):
             cycle += params.latency + params.interval
 
     simulate(dut, [tb], 1000)
-    lat = params.latency + 1
+    lat = params.latency + 2
     assert seen == [(lat, init[2], 5), (lat, 0, 5), (lat, 12345, 5)]
 
 
@@ -340,26 +394,61 @@ def test_channel_interval(interval):
     assert gaps == {interval}, gaps
 
 
-def test_round_robin():
-    """Three always-valid ports are served in turn, one request per cycle when blocks never wait."""
-    params = DramParams(channels=8, request_bytes=64, latency=4, interval=1, inflight=64)
+def offer(dut, q, payloads, cycles, log):
+    """A requester on port ``q`` keeping ``req.valid`` high with ``payloads(cycle)``; logs accepted cycles."""
+    async def tb(ctx):
+        p = dut.port(q)
+        ctx.set(p.resp.ready, 1)
+        ctx.set(p.req.valid, 1)
+        for cycle in range(cycles):
+            ctx.set(p.req.payload, payloads(cycle))
+            _, _, ready = await ctx.tick().sample(p.req.ready)
+            if ready:
+                log.append((cycle, q))
+        ctx.set(p.req.valid, 0)
+    return tb
+
+
+def test_reads_on_every_port_each_cycle_writes_in_turn():
+    """Three always-valid ports reading blocks of different channels are all accepted every cycle; three
+    writing are accepted one per cycle, in turn."""
+    params = DramParams(channels=8, request_bytes=8, latency=4, interval=1, inflight=64)
+    shape = MemPortShape(data_bits=64, addr_bits=16, tag_bits=4)
+    for write, want in ((0, [(c, q) for c in range(12) for q in range(3)]), (1, [(c, c % 3) for c in range(12)])):
+        dut = DramModel(shape, 3, params, 8)
+        log = []
+        simulate(dut, [offer(dut, q, lambda c, q=q: {"addr": 8 * q, "bytes": 8, "write": write, "wdata": c},
+                             12, log) for q in range(3)], 100)
+        assert sorted(log) == want, write
+
+
+def test_a_channel_takes_one_new_block_per_cycle_in_turns():
+    """Three ports reading the same channel: one block enters its queue per cycle, the ports taking turns,
+    so each port is accepted every third cycle."""
+    params = DramParams(channels=4, request_bytes=8, latency=4, interval=1, inflight=64)
     dut = DramModel(MemPortShape(data_bits=64, addr_bits=16, tag_bits=4), 3, params, 8)
-    order = []
+    log = []
+    # blocks 0, 4, 8, ...: all on channel 0, and never the port's previous block (no coalescing)
+    simulate(dut, [offer(dut, q, lambda c: {"addr": 32 * (c % 5), "bytes": 8, "write": 0}, 30, log)
+                   for q in range(3)], 200)
+    per_port = [[c for c, q2 in sorted(log) if q2 == q] for q in range(3)]
+    for q in range(3):
+        gaps = {b - a for a, b in itertools.pairwise(per_port[q][1:])}
+        assert gaps == {3}, (q, per_port[q])
 
-    def requester(q):
-        async def tb(ctx):
-            p = dut.port(q)
-            ctx.set(p.resp.ready, 1)
-            ctx.set(p.req.payload, {"addr": 8 * q, "bytes": 8})
-            ctx.set(p.req.valid, 1)
-            for cycle in range(12):
-                _, _, ready = await ctx.tick().sample(p.req.ready)
-                if ready:
-                    order.append((cycle, q))
-        return tb
 
-    simulate(dut, [requester(q) for q in range(3)], 100)
-    assert sorted(order) == [(c, c % 3) for c in range(12)]
+def test_consecutive_small_requests_share_a_block():
+    """Eight-byte reads of consecutive addresses on one channel that takes a block every 4 cycles: eight
+    requests share each 64-byte block, so the port streams a request per cycle (it would get one per 4
+    cycles if each took a channel slot); every read returns its own word."""
+    params = DramParams(channels=1, request_bytes=64, latency=6, interval=4, inflight=64)
+    dut = DramModel(MemPortShape(data_bits=64, addr_bits=16, tag_bits=4), 1, params, 64,
+                    init=list(range(100, 164)), resp_depth=16)
+    n = 64
+    acc, resp, got = stream_reads(dut, n, lambda i: 8 * i)
+    assert got == list(range(100, 164))
+    assert acc == list(range(acc[0], acc[0] + n)), "one request accepted per cycle"
+    assert span_cycles(acc, resp, dut.lone_latency) <= n + 8
 
 
 # ----------------------------------------------------------------------------- 3. backdoors, parameters
