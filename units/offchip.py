@@ -244,7 +244,9 @@ class LinearOffChipLoad(_MemUnit):
 
     Semantics are the interpreter's: tile ``base + Σ idx·stride`` over the ref dims
     then the ``out_shape`` dims, ``out_shape`` runs closed by block ends (merged by a
-    :class:`StopMerger`, eager when the ref has rank 0), ref stop ``S_k`` sent as
+    :class:`StopMerger`, eager when the ref has rank 0, and always for the closes
+    inside the walk, which the next tile follows: no cycle is lost per run), ref
+    stop ``S_k`` sent as
     ``S_(k + n_out)``; empty ``out_shape`` dims give the interpreter's stops.
 
     The address generator keeps one running byte address per dimension (adders
@@ -356,8 +358,10 @@ class LinearOffChipLoad(_MemUnit):
                     m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0])]
                 m.d.comb += final.eq(w.complete & ~w.close_needed)
             with m.Else():
+                # a close inside the walk is followed by the next element, never by an outer stop: sent at
+                # once (held, it would cost the output a cycle per close)
                 m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.pend),
-                             ev.eager.eq(eager_mode & w.pend_final), final.eq(w.pend_final)]
+                             ev.eager.eq(~w.pend_final | eager_mode), final.eq(w.pend_final)]
 
         with m.Switch(state):
             with m.Case(IDLE):

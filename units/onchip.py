@@ -70,7 +70,9 @@ class OnChipBuffer(StepUnit):
     ``repeat = 0`` means no repeat dimension: read once, Streamify without
     ``repeat``). Output = Streamify(Bufferize(i, b)) token for token: buffer ends
     and the repeat dimension are block ends through a :class:`StopMerger` (eager
-    when the buffer stream has rank 0, i.e. ``in_rank == b``); an input stop
+    when the buffer stream has rank 0, i.e. ``in_rank == b``; an affine
+    reading's inner closes are always eager, since the next entry follows them,
+    so a read pattern streams a token per cycle, stops included); an input stop
     ``S_k`` with ``k > b`` leaves after the buffer as ``S_(k - b + n + mid)``, where
     ``n`` is the number of dims of one reading (``b``, or ``len(read_shape)`` for
     affine reads) and ``mid`` the dims added per buffer (1 with ``repeat``, ``c``
@@ -323,7 +325,8 @@ class OnChipBuffer(StepUnit):
                             m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
                     with m.Else():
                         m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend),
-                                     s1_eager.eq(eager_mode & once & g.pend_final)]
+                                     # a close inside the reading is followed by the next entry: at once
+                                     s1_eager.eq(~g.pend_final | (eager_mode & once))]
                     with m.If(advance):
                         g.advance(m, end_of_reading)
             with m.Elif(rstate == ENTRIES):
