@@ -23,8 +23,9 @@ fabric:
 * a Map or Accum element costs ``max(input tiles, compute cycles, output
   tiles)``; a matmul unit multiplies one pair of physical tiles per cycle
   (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is not a multiple
-  of ``P``: ``P³`` MACs per cycle on full tiles), element-wise units one
-  physical tile per cycle;
+  of ``P``: ``P³`` MACs per cycle on full tiles) and passes the stop closing
+  each output tile's ``k/P`` products as a token of its own (one cycle per
+  output tile more), element-wise units one physical tile per cycle;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
@@ -70,7 +71,7 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import physical_tiles, stream_tokens
+from step_hdl.mapper.tiling import ELEMENTWISE, physical_tiles, stream_tokens
 from step_hdl.process import Channel, Emitter, Ports, emit_block
 from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
@@ -96,7 +97,7 @@ class ModelParams:
     tile: int = 16
     dtype: str = "int16"
     fifo_depth: int = 2
-    mem_inflight: int = 32
+    mem_inflight: int = 64
     dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
     max_fifo_depth: int = 64
 
@@ -501,7 +502,17 @@ class Model:
             return isinstance(t, Tile) and not t.rows.is_Integer
         ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
         types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
-        if node.kind in BUFFERING or not any(map(rows_dynamic, types)):
+        if node.kind in BUFFERING:
+            return False, set()
+        if not any(map(rows_dynamic, types)):
+            # static tiles: an element-wise map or a broadcast passes the P x P pieces of a logical tile on
+            # one by one too (the lowered stream is [..., R/P, C/P] of pieces); an operand of another shape
+            # than the output (a [1, 1] or [R, 1] one, repeated by the lowering) it needs whole
+            if node.kind == "Broadcast" or (node.kind == "Map" and node.p("fn").name in ELEMENTWISE):
+                out = node.out_types[next(iter(node.out_types))].dtype
+                streamed = {p for p, t in ins.items() if isinstance(t, Tile) and isinstance(out, Tile)
+                            and (t.rows, t.cols) == (out.rows, out.cols)}
+                return bool(streamed), streamed
             return False, set()
         if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a"):
             return False, set()     # buffers its operands: each row, and the static operand re-read per row
@@ -543,8 +554,10 @@ class Model:
             if f.param("transpose_a"):
                 # aᵀ·b with a dynamic inner size: one outer product of [1, P] rows per row pair
                 return physical_tiles(k, m, self.P, not inner.is_Integer) * -(-n // self.P)
-            # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products
-            return physical_tiles(m, k, self.P, dynamic_rows) * -(-n // self.P)
+            # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products, and the stop
+            # that closes each output tile's k/P products (the lowered product stream is [m/P, n/P, k/P])
+            return (physical_tiles(m, k, self.P, dynamic_rows) * -(-n // self.P)
+                    + physical_tiles(m, n, self.P, dynamic_rows))
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
         return physical_tiles(shape[0], shape[1], self.P, dynamic_rows)
 
