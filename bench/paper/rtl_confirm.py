@@ -1,8 +1,7 @@
 """RTL confirmation of the paper studies: reduced-size configurations in RTL beside the approximate model.
 
 Each study builds its fabrics (Verilator by default), runs them on a DRAM
-preset (``--dram``; ``paper``, or ``paper-interval1`` for dynamic tiling, see
-``DEFAULT_DRAM``), checks the outputs bit for bit against the interpreter
+preset (``--dram``, default ``paper``), checks the outputs bit for bit against the interpreter
 (and numpy) and the RTL's off-chip bytes against the interpreter's, runs the
 approximate model on the same graphs, and prints per variant: RTL cycles,
 model cycles and error; then the study's effect measured both ways and how far
@@ -25,15 +24,12 @@ apart they are:
   dropped) against dynamic tiling (one ``[N_e, H]`` tile per expert). Effect:
   each static tiling's cycles / dynamic's. Static tile sizes must not be
   multiples of the physical tile (4): such tiles lower to row tiles like the
-  dynamic ones; ``P``-row packing is not lowered yet. DRAM preset
-  ``paper-interval1`` by default: at ``paper`` the RTL DRAM model's in-order
-  issue holds requests up behind a busy channel, which the approximate model
-  does not model (docs/study-dynamic-tiling.md has both).
+  dynamic ones; ``P``-row packing is not lowered yet.
 
     python bench/paper/rtl_confirm.py parallelization [--trace 3] [--scale 64] [--json PATH]
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
     python bench/paper/rtl_confirm.py dynamic-tiling [--tiles 3 6 10] [--json PATH]
-    ... [--dram paper|paper-interval1] [--units PREFIX] [--backend verilator|icarus|amaranth]
+    ... [--dram paper|paper-studies|paper-interval1] [--units PREFIX] [--backend verilator|icarus|amaranth]
 
 Besides the cycles each point reports both sides' off-chip bytes per cycle and,
 per graph node that is one RTL unit of the same name, the RTL's active and
@@ -160,11 +156,6 @@ def dynamic_tiling(args) -> tuple[dict, bool]:
 
 STUDIES = {"parallelization": parallelization, "time-multiplexing": time_multiplexing,
            "dynamic-tiling": dynamic_tiling}
-#: static tiling re-reads every weight tile per token tile, so its 4x4 tiles (32 B, two to a 64-byte DRAM
-#: block) stream back to back on one channel; at ``paper`` the RTL DRAM model's in-order issue makes each
-#: such request wait for its channel and holds everything behind it, which the approximate model's
-#: per-channel DRAM does not (``sim.dram_timing.DRAM_PRESETS``): the study runs where both DRAMs agree
-DEFAULT_DRAM = {"dynamic-tiling": "paper-interval1"}
 
 
 def main(argv=None) -> int:
@@ -177,14 +168,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", type=int, nargs="+", default=[3, 6, 10],
                     help="dynamic-tiling: static token-tile sizes (rows; not multiples of 4)")
     ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
-    ap.add_argument("--dram", default=None, choices=tuple(DRAM_PRESETS),
-                    help="DRAM preset (default: paper-interval1 for dynamic-tiling, paper for the others)")
+    ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--units", default=None, metavar="PREFIX",
                     help="also print, per variant, the RTL's and the model's cycles of the units named PREFIX...")
     args = ap.parse_args(argv)
-    if args.dram is None:
-        args.dram = DEFAULT_DRAM.get(args.study, "paper")
     try:
         out, ok = STUDIES[args.study](args)
     except TraceNotFound as exc:
