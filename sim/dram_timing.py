@@ -72,6 +72,7 @@ class Dram:
         self.p = p
         self.window_free = 0.0
         self.accept_free: dict = {}    # per memory port: when it can have its next request accepted
+        self.requests: dict = {}       # per memory port: requests issued (physical tiles)
         self.bytes = 0
         self.last = 0
         self._plans: dict = {}     # (bytes, first channel) -> _plan()
@@ -119,6 +120,7 @@ class Dram:
         if now > accepted:
             accepted = now
         self.accept_free[port] = accepted + port_requests
+        self.requests[port] = self.requests.get(port, 0) + port_requests
         plan = self._plans.get((nbytes, (addr // self._request_bytes) % self._channels))
         if plan is None:
             plan = self._plan(nbytes, (addr // self._request_bytes) % self._channels)

@@ -72,6 +72,8 @@ from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
 from step_hdl.mapper.tiling import ELEMENTWISE, physical_tiles, stream_tokens
+
+from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
 from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
@@ -422,11 +424,13 @@ class ModelResult:
     compute_utilization: float
     outputs: dict
     memory: dict
+    bound: CycleBound | None = None     # the lower bound on cycles from this run's counts
 
     def to_dict(self) -> dict:
         return {"cycles": self.cycles, "offchip_bytes": self.offchip_bytes,
                 "bandwidth_utilization": round(self.bandwidth_utilization, 4),
-                "compute_utilization": round(self.compute_utilization, 4), "nodes": self.nodes}
+                "compute_utilization": round(self.compute_utilization, 4),
+                **({"bound": self.bound.to_json(self.cycles)} if self.bound else {}), "nodes": self.nodes}
 
 
 class Model:
@@ -664,6 +668,8 @@ class Model:
                                  if cycles and n_matmul else 0.0),
             outputs=self.ctx.outputs,
             memory=self.memory.arrays if not self.memory.timing_only else {},
+            bound=cycle_bound(self.matmul_flops, n_matmul, self.params.matmul_flops, nbytes, peak,
+                              self.dram.requests),
         )
 
 

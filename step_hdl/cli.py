@@ -177,11 +177,19 @@ def cmd_model(args) -> int:
           f"{wall:.2f} s)")
     print(f"  off-chip bytes {res.offchip_bytes:,}, bandwidth utilization {res.bandwidth_utilization:.3f}, "
           f"matmul utilization {res.compute_utilization:.3f}")
+    print("  " + _bound_line(res.bound, res.cycles))
     if args.values:
         print(f"  outputs {'match numpy' if report['outputs_match'] else 'DIFFER from numpy'}")
     busiest = sorted(res.nodes.items(), key=lambda kv: -kv[1]["busy"])[:5]
     print("  busiest nodes: " + ", ".join(f"{n} ({v['busy']:,} busy)" for n, v in busiest))
     return 0
+
+
+def _bound_line(bound, cycles) -> str:
+    b = bound
+    port = f" ({b.port_name})" if b.port_name else ""
+    return (f"lower bound {b.cycles:,} cycles, {b.binding}-bound (compute {b.compute:,}, DRAM {b.dram:,}, "
+            f"busiest port{port} {b.port:,}); this run reached {b.fraction(cycles):.2f} of it")
 
 
 def _prepared(args):
@@ -229,6 +237,8 @@ def cmd_sim(args) -> int:
         m = model(w, prep.design.fabric, dram)
         report["model_cycles"] = m.cycles
         report["model_error"] = round((m.cycles - res.cycles) / max(1, res.cycles), 4)
+        # the bound's counts (matmul FLOPs, bytes, requests per port) are the program's, whoever ran it
+        report["bound"] = m.bound.to_json(res.cycles)
         report["model_wall_s"] = round(time.perf_counter() - t0, 3)
     if args.json:
         print(json.dumps(report, indent=1))
@@ -240,6 +250,7 @@ def cmd_sim(args) -> int:
               f"build {res.build_s:.1f} s")
         if "model_cycles" in report:
             print(f"  approximate model: {report['model_cycles']:,} cycles ({100 * report['model_error']:+.1f} %)")
+            print("  " + _bound_line(m.bound, res.cycles))
         if args.waves:
             print(f"  waveforms: {report['waves']}")
         busiest = sorted(report["utilization"].items(), key=lambda kv: -kv[1]["active"])[:5]

@@ -63,6 +63,7 @@ def test_model_command(capsys, routing):
     code, out, _ = run_cli(capsys, "model", "swiglu", "--dtype", "int16", "--json")
     rep = json.loads(out)
     assert code == 0 and rep["cycles"] > rep["offchip_bytes"] / 256 and rep["phys_tile"] == 16
+    assert rep["bound"]["dram"] == -(-rep["offchip_bytes"] // 256) and rep["bound"]["cycles"] <= rep["cycles"]
     code, out, _ = run_cli(capsys, "model", "moe", "--tiling", "static", "--tile", "8", "--dtype", "int16",
                            "--phys-tile", "4", "--values", "--json")
     rep = json.loads(out)
@@ -77,6 +78,8 @@ def test_sim_json_on_amaranth(capsys):
     assert rep["offchip_bytes"] == rep["reference_offchip_bytes"] == 2 * (16 * 8 * 64 // 16 + 3 * 2 * 8 * 64 + 16 * 8)
     assert rep["cycles"] > 0 and rep["model_cycles"] > 0 and 0 < rep["bandwidth_fraction"] < 1
     assert set(rep["utilization"]["gate_proj_tiles"]) == {"active", "stalled"}
+    assert rep["bound"]["binding"] in ("compute", "dram", "port") and 0 < rep["bound"]["cycles"] <= rep["cycles"]
+    assert rep["bound"]["fraction"] == round(rep["bound"]["cycles"] / rep["cycles"], 4)
 
 
 def test_build_writes_the_files_and_fp32_is_refused(capsys, tmp_path):
