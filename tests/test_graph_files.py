@@ -134,3 +134,17 @@ def test_synth_a_graph_file(capsys, tmp_path):
                            "--no-place", "--json")
     rep = json.loads(out)
     assert code == 0 and rep["dsps"] == 64 and rep["luts"] > 1000
+
+
+def test_symbolic_metrics_need_no_inputs(capsys, exported, tmp_path, routing):
+    """``metrics --symbolic`` reads the graph alone: the same expressions as the built-in workload's, and
+    dynamic sizes stay symbols."""
+    graph, _ = exported
+    mine = _json(capsys, "metrics", graph, "--symbolic")
+    builtin = _json(capsys, "metrics", "swiglu", *SMALL_SWIGLU, "--symbolic")
+    assert mine["symbolic"] == builtin["symbolic"] and mine["offchip_bytes"] == builtin["offchip_bytes"]
+    routing("mixtral_b64")
+    moe = tmp_path / "moe.json"
+    assert run_cli(capsys, "export", "moe", "--tokens", "16", "--dtype", "int16", "-o", str(moe))[0] == 0
+    rep = _json(capsys, "metrics", str(moe), "--symbolic")
+    assert "route_n0" in rep["symbolic"]["offchip_bytes"] and rep["observed_in_run"] is False
