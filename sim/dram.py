@@ -18,7 +18,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.units.memport import MemPortShape, MemPortSignature, request_layout
+from step_hdl.units.memport import MemPortShape, MemPortSignature
 from step_hdl.units.params import ParamError, positive
 
 from .dram_timing import DramParams
@@ -250,30 +250,42 @@ class DramModel(wiring.Component):
         R = self.resp_depth
         ports = [self.port(p) for p in range(P)]
 
-        # ---- the word array (cut into memories of at most _CHUNK bits: a wider one overflows the Python
-        # compiler's recursion limit in the simulator). One write port: the backdoor or the one write
-        # accepted per cycle; a combinational read port per memory port and one for peeking.
-        image = self.init + [0] * (self.depth - len(self.init))
-        chunks = []
-        for j, lo in enumerate(range(0, s.data_bits, _CHUNK)):
-            width = min(_CHUNK, s.data_bits - lo)
-            mask = (1 << width) - 1
-            chunks.append((lo, width))
-            m.submodules[f"array{j}"] = memory.Memory(shape=unsigned(width), depth=self.depth,
-                                                      init=[w >> lo & mask for w in image])
-        arrays = [m.submodules[f"array{j}"] for j in range(len(chunks))]
+        # memories of data_bits-wide words, cut into memories of at most _CHUNK bits (a wider one overflows the
+        # Python compiler's recursion limit in the simulator)
+        chunks = [(lo, min(_CHUNK, s.data_bits - lo)) for lo in range(0, s.data_bits, _CHUNK)]
 
-        def read_port(addr, name):
-            out = Signal(s.data_bits, name=name)
-            for a, (lo, width) in zip(arrays, chunks):
-                rp = a.read_port(domain="comb")
-                m.d.comb += [rp.addr.eq(addr), out[lo:lo + width].eq(rp.data)]
-            return out
+        def wide_memory(name, depth, init=()):
+            """``(write(en, addr, data), read(addr, name))`` of a memory of ``depth`` words: one write port,
+            combinational read ports."""
+            image = list(init) + [0] * (depth - len(init))
+            mems = []
+            for j, (lo, width) in enumerate(chunks):
+                mask = (1 << width) - 1
+                m.submodules[f"{name}{j}"] = mem = memory.Memory(shape=unsigned(width), depth=depth,
+                                                                 init=[w >> lo & mask for w in image])
+                mems.append(mem)
 
+            def write(en, addr, data):
+                for mem, (lo, width) in zip(mems, chunks):
+                    wp = mem.write_port()
+                    m.d.comb += [wp.en.eq(en), wp.addr.eq(addr), wp.data.eq(data[lo:lo + width])]
+
+            def read(addr, signal_name):
+                out = Signal(s.data_bits, name=signal_name)
+                for mem, (lo, width) in zip(mems, chunks):
+                    rp = mem.read_port(domain="comb")
+                    m.d.comb += [rp.addr.eq(addr), out[lo:lo + width].eq(rp.data)]
+                return out
+            return write, read
+
+        # ---- the word array: one write port (the backdoor, or the one write accepted per cycle), a
+        # combinational read port per memory port and one for peeking
+        array_write, read_port = wide_memory("array", self.depth, self.init)
         wr_en, wr_addr, wr_data = Signal(), Signal(range(self.depth)), Signal(s.data_bits)
-        for a, (lo, width) in zip(arrays, chunks):
-            wp = a.write_port()
-            m.d.comb += [wp.en.eq(wr_en), wp.addr.eq(wr_addr), wp.data.eq(wr_data[lo:lo + width])]
+        array_write(wr_en, wr_addr, wr_data)
+        with m.If(self.load_en):
+            m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
+                         wr_data.eq(self.load_data)]
         peek_data = read_port(self.peek_addr, "peek_row")
         m.d.comb += self.peek_data.eq(Mux(self.peek_addr < self.depth, peek_data, 0))
 
@@ -331,38 +343,37 @@ class DramModel(wiring.Component):
         h_ch = [Signal(range(C), name=f"h_ch{p}") for p in range(P)]
         h_rem = [Signal(range(NB + 1), name=f"h_rem{p}") for p in range(P)]
 
-        # enqueue: sequencers in turn order from port (cycle % P); each claims the channels of its next blocks
+        # enqueue: the sequencers in turn order from port `turn`, each claiming the channels of its next blocks;
         # the turn moves on after every cycle in which a sequencer holds a request: it depends on the traffic
         # alone, not on how long the memory sat idle before it (loading, configuration)
         turn = Signal(range(P))
         with m.If(Cat(*h_valid).any()):
             m.d.sync += turn.eq(Mux(turn == P - 1, 0, turn + 1))
         claimed = Const(0, C)
-        k = [None] * P
         oks_of = {}
-        for first_pass in (True, False):
+        for tag in "ab":                     # a: ports turn .. P-1, then b: ports 0 .. turn-1
             for q in range(P):
-                active = Signal(name=f"turn{'a' if first_pass else 'b'}{q}")
-                m.d.comb += active.eq((q >= turn) if first_pass else (q < turn))
-                rot_room = Signal(C, name=f"room{q}{'a' if first_pass else 'b'}")
-                rot_claimed = Signal(C, name=f"claimed{q}{'a' if first_pass else 'b'}")
-                before = Signal(C, name=f"claimed_before{q}{'a' if first_pass else 'b'}")
+                active = Signal(name=f"turn{tag}{q}")
+                m.d.comb += active.eq((q >= turn) if tag == "a" else (q < turn))
+                rot_room = Signal(C, name=f"room{q}{tag}")
+                rot_claimed = Signal(C, name=f"claimed{q}{tag}")
+                before = Signal(C, name=f"claimed_before{q}{tag}")
                 m.d.comb += [before.eq(claimed), rot_room.eq(Cat(room, room).bit_select(h_ch[q], C)),
                              rot_claimed.eq(Cat(before, before).bit_select(h_ch[q], C))]
                 prev = active & h_valid[q]
                 oks = []
                 for i in range(K):
-                    ok = Signal(name=f"enq{q}_{i}{'a' if first_pass else 'b'}")
+                    ok = Signal(name=f"enq{q}_{i}{tag}")
                     m.d.comb += ok.eq(prev & (h_rem[q] > i) & rot_room[i] & ~rot_claimed[i])
                     oks.append(ok)
                     prev = ok
                 # the channels claimed: rotate the claims back by h_ch
-                mine = Signal(C, name=f"mine{q}{'a' if first_pass else 'b'}")
+                mine = Signal(C, name=f"mine{q}{tag}")
                 spread = Cat(*oks, Const(0, C - K)) if C > K else Cat(*oks)
-                back = Signal(range(C + 1), name=f"unrotate{q}{'a' if first_pass else 'b'}")
+                back = Signal(range(C + 1), name=f"unrotate{q}{tag}")
                 m.d.comb += [back.eq(C - h_ch[q]),
                              mine.eq(Cat(spread, spread).bit_select(back, C) if C > 1 else spread)]
-                after = Signal(C, name=f"claimed_after{q}{'a' if first_pass else 'b'}")
+                after = Signal(C, name=f"claimed_after{q}{tag}")
                 m.d.comb += after.eq(before | mine)
                 for c in range(C):
                     with m.If(mine[c]):
@@ -373,7 +384,6 @@ class DramModel(wiring.Component):
         for q in range(P):
             kq = Signal(range(K + 1), name=f"k{q}")
             m.d.comb += kq.eq(sum(a | b for a, b in zip(*oks_of[q])))
-            k[q] = kq
             fin = Signal(name=f"finishing{q}")
             m.d.comb += fin.eq(h_valid[q] & (kq == h_rem[q]))
             finishing.append(fin)
@@ -425,22 +435,15 @@ class DramModel(wiring.Component):
                 wr_word = Signal(s.data_bits, name=f"wr_sub{p}")
                 m.d.comb += [rd_sub.eq((rd >> shift) & pmask),
                              wr_word.eq((rd & ~(Const(pmask, s.data_bits) << shift)) | ((req.wdata & pmask) << shift))]
-            with m.If(self.load_en):
-                m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
-                             wr_data.eq(self.load_data)]
-            with m.Elif(accept & req.write):
+            with m.If(accept & req.write):         # (never while loading: acceptance waits for load_en low)
                 m.d.comb += [wr_en.eq(in_range), wr_addr.eq(word), wr_data.eq(wr_word)]
 
-            # the read data ring of this port's responses (cut like the array)
+            # the read data ring of this port's responses
             w_slot = Signal(range(R), name=f"w_slot{p}")
             r_slot = Signal(range(R), name=f"r_slot{p}")
-            ring_data = Signal(s.data_bits, name=f"ring_data{p}")
-            for j, (lo, width) in enumerate(chunks):
-                m.submodules[f"slots{p}_{j}"] = ring = memory.Memory(shape=unsigned(width), depth=R, init=[])
-                ring_wr, ring_rd = ring.write_port(), ring.read_port(domain="comb")
-                m.d.comb += [ring_wr.en.eq(accept & ~req.write), ring_wr.addr.eq(w_slot),
-                             ring_wr.data.eq(Mux(in_range, rd_sub, 0)[lo:lo + width]), ring_rd.addr.eq(r_slot),
-                             ring_data[lo:lo + width].eq(ring_rd.data)]
+            ring_write, ring_read = wide_memory(f"slots{p}_", R)
+            ring_write(accept & ~req.write, w_slot, Mux(in_range, rd_sub, 0))
+            ring_data = ring_read(r_slot, f"ring_data{p}")
             with m.If(accept & ~req.write):
                 m.d.sync += w_slot.eq(Mux(w_slot == R - 1, 0, w_slot + 1))
 
