@@ -143,6 +143,11 @@ def _phys(tile: Tile, P: int, where: str):
     return pr, pc, rb, cb
 
 
+def _accum_dtype(tile: Tile) -> str:
+    """The state type of an add or max accumulation of ``tile``'s elements: int32 for integers."""
+    return "int32" if tile.dtype.is_int else tile.dtype.name
+
+
 def _blocks(tile: Tile, P: int, where: str) -> tuple[int, int]:
     """Blocks of a logical tile that must be whole ``P x P`` physical tiles."""
     r = _static(tile.rows, "tile rows", where)
@@ -487,16 +492,16 @@ class _Lowering:
         t = node.t("in0").dtype
         pr, pc, _, cb = self.phys(t, where)
         upd, init = COLUMN_REDUCE[f.name]
-        # the state is int32 for integers (an Accum's add/max of int tiles is int32)
-        acc_dt = "int32" if t.dtype.is_int else t.dtype.name
+        acc_dt = _accum_dtype(t)
+        keep = self._keeps_accum_type(node, acc_dt)
         if pr == 1 and cb == 1:
             acc = self.g.accum(tiles_in, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2,
-                               name=node.name if self._keeps_int32(node, acc_dt) else f"{node.name}_rows")
-            return self._as_type(self.blocked(acc, node.name), node, acc_dt)
+                               name=node.name if keep else f"{node.name}_rows")
+            return self._as_type(self.blocked(acc, node.name), node, keep)
         cols = self.g.map(tiles_in, f, name=f"{node.name}_tiles") if pr != 1 else tiles_in
         acc = self.g.accum(cols, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2, keep=1,
                            name=f"{node.name}_rows")
-        return self._as_type(self.g.reshape(acc, 0, cb, name=node.name), node, acc_dt)
+        return self._as_type(self.g.reshape(acc, 0, cb, name=node.name), node, keep)
 
     def _row_reduce(self, node, tiles_in, f):
         """``row_max``/``row_sum`` of a logical ``[R, C]`` tile: each physical tile's row reduction
@@ -508,27 +513,26 @@ class _Lowering:
         if cb == 1:
             return pieces
         upd, init = ROW_REDUCE[f.name]
-        acc_dt = "int32" if t.dtype.is_int else t.dtype.name
+        acc_dt = _accum_dtype(t)
         acc = self.g.accum(pieces, upd, fn(init, rows=pr, cols=1, dtype=acc_dt), rank=1,
                            name=f"{node.name}_cols")
-        return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node, acc_dt)
+        return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node,
+                             self._keeps_accum_type(node, acc_dt))
 
-    def _keeps_int32(self, node, acc_dt) -> bool:
+    def _keeps_accum_type(self, node, acc_dt) -> bool:
         """Whether ``node``'s result can stay in the accumulator's type: it is that type, or every consumer
-        is a binary arithmetic Map (its result a function of the values alone) computing in that type anyway (softmax's ``s - col_max(s)``), so the values
-        and the consumer's result are the same either way."""
-        want = node.out_types["out"].dtype.dtype.name
-        if want == acc_dt:
+        is a binary arithmetic Map (its result a function of the values alone) computing in that type
+        anyway (softmax's ``s - col_max(s)``), so the values and the consumer's result are the same."""
+        if node.out_types["out"].dtype.dtype.name == acc_dt:
             return True
-        label = f"{node.name}.out"
-        users = [n for n in self.src.nodes.values() if any(r is not None and r.label == label
-                                                           for r in n.inputs.values())]
+        users = [self.src.nodes[c] for r, c, _ in self.src.edges() if r.node is node]
         return bool(users) and all(n.kind == "Map" and n.p("fn").name in ("add", "sub", "mul", "max", "div")
                                    and n.out_types["out"].dtype.dtype.name == acc_dt for n in users)
 
-    def _as_type(self, stream, node, acc_dt):
-        """A reduction accumulated in int32 back in its logical type (a max of int8/int16 values: exact)."""
-        if self._keeps_int32(node, acc_dt):
+    def _as_type(self, stream, node, keep: bool):
+        """A reduction accumulated in int32 back in its logical type unless ``keep`` (a max of int8/int16
+        values: requantize by 0 is exact)."""
+        if keep:
             return stream
         want = node.out_types["out"].dtype.dtype.name
         return self.g.map(stream, fn("requantize", shift=0, dtype=want), name=f"{node.name}_as_{want}")
