@@ -65,7 +65,7 @@ def lower(graph: Graph, fabric: Fabric | int, tensors: dict | None = None, strea
     probe = Fabric(tile=tile, dtype=dtype, units={}) if not isinstance(fabric, Fabric) else fabric
     stages = []
     reference = run(graph, tensors, streams) if tensors is not None else None
-    outputs = [n.p("tensor") for n in graph.nodes.values() if n.kind in ("LinearOffChipStore", "RandomOffChipStore")]
+    outputs = graph.stored_tensors()
     g = graph
     for p in PASSES:
         g = p.run(g, probe)

@@ -115,8 +115,7 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     sources = {n.name: [t.payload for t in ref.edges[f"{n.name}.out"] if t.is_data]
                for n in lo.graph.nodes.values() if n.kind == "SelectorSource"}
     design, program = plan(lo.graph, fab, name or workload.graph.name, bindings=workload.subs, sources=sources)
-    stores = [n.p("tensor") for n in workload.graph.nodes.values()
-              if n.kind in ("LinearOffChipStore", "RandomOffChipStore")]
+    stores = workload.graph.stored_tensors()
     image, outputs = [], {}
     for tname, (addr, rows, cols, tdt) in program.tensors.items():
         arr = workload.tensors.get(tname)

@@ -107,17 +107,13 @@ def _params_of(args) -> dict:
 def cmd_metrics(args) -> int:
     from .metrics import metrics, observed_symbols
     if args.workload == GRAPH and args.symbolic and args.inputs is None:
-        # the expressions alone: the graph needs no inputs
+        # the expressions alone: a graph file needs no inputs for them
         from .workloads.files import load_graph
-        g = load_graph(args.path)
-        m = metrics(g)
-        report = m.to_dict(None)
-        report.update(workload=_label(args), params=_params_of(args), substitutions={}, observed_in_run=False,
-                      symbolic={k: str(getattr(m, k)) for k in ("offchip_bytes", "onchip_bytes", "flops")})
-        return _print_metrics(args, report, False)
-    w = _workload(args)
-    m = metrics(w.graph)
-    values = dict(w.subs)
+        w, graph, values = None, load_graph(args.path), {}
+    else:
+        w = _workload(args)
+        graph, values = w.graph, dict(w.subs)
+    m = metrics(graph)
     observed = False
     free = {s.name for s in m.subs(values).symbols()}
     if free and not args.symbolic:
@@ -130,10 +126,6 @@ def cmd_metrics(args) -> int:
     report["substitutions"] = {k: int(v) for k, v in sorted(values.items())} if not args.symbolic else {}
     report["observed_in_run"] = observed
     report["symbolic"] = {k: str(getattr(m, k)) for k in ("offchip_bytes", "onchip_bytes", "flops")}
-    return _print_metrics(args, report, observed)
-
-
-def _print_metrics(args, report, observed) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0

@@ -243,6 +243,19 @@ class Graph:
                 if ref is not None:
                     yield ref, node.name, port
 
+    def stored_tensors(self) -> list[str]:
+        """Names of the off-chip tensors some store writes (the graph's outputs), sorted."""
+        return sorted({n.p("tensor") for n in self.nodes.values()
+                       if n.kind in ("LinearOffChipStore", "RandomOffChipStore")})
+
+    def input_tensors(self) -> list[str]:
+        """Names of the off-chip tensors some load reads and no store writes (the graph's inputs), in
+        declaration order."""
+        loaded = {n.p("tensor") for n in self.nodes.values()
+                  if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")}
+        stored = set(self.stored_tensors())
+        return [t for t in self.tensors if t in loaded and t not in stored]
+
     def validate(self) -> "Graph":
         """Check the whole graph; raise a :class:`StepGraphError` naming the first problem."""
         for node in self.nodes.values():

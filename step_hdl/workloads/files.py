@@ -31,18 +31,6 @@ class InputError(StepError):
     """A graph file or its inputs cannot be read, or do not fit together."""
 
 
-def _read_tensors(graph: Graph) -> set[str]:
-    """Tensors the graph loads without storing them first: its inputs."""
-    loads = {n.p("tensor") for n in graph.nodes.values() if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")}
-    stores = {n.p("tensor") for n in graph.nodes.values() if n.kind in ("LinearOffChipStore", "RandomOffChipStore")}
-    return loads - stores
-
-
-def _stored_tensors(graph: Graph) -> list[str]:
-    return sorted({n.p("tensor") for n in graph.nodes.values()
-                   if n.kind in ("LinearOffChipStore", "RandomOffChipStore")})
-
-
 def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expected: dict | None = None,
                subs: dict | None = None, params: dict | None = None) -> Workload:
     """A workload from a graph and its inputs.
@@ -55,13 +43,14 @@ def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expecte
     from ..interp import run
     from ..metrics import observed_symbols
     graph.validate()
-    missing = sorted(_read_tensors(graph) - set(tensors))
+    inputs = graph.input_tensors()
+    missing = sorted(set(inputs) - set(tensors))
     if missing:
         raise InputError(f"graph '{graph.name}' reads tensor(s) {', '.join(map(repr, missing))} that the inputs "
                          f"do not give (given: {', '.join(sorted(tensors)) or 'none'}; on the command line: --inputs "
                          f"INPUTS.npz)")
     streams = dict(streams or {})
-    stored = _stored_tensors(graph)
+    stored = graph.stored_tensors()
     if expected is not None:
         unknown = sorted(set(expected) - set(stored))
         if unknown:
@@ -75,7 +64,6 @@ def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expecte
         subs = {str(k): int(v) for k, v in observed_symbols(graph, res).items()}
     # the workload's element type: floating point if any tensor is, else its first input's (the fabric's
     # default word), else its first output's
-    inputs = [t for t in graph.tensors if t in _read_tensors(graph)]
     types = [graph.tensors[t].dtype for t in inputs + stored] or [make_dtype("int32")]
     dt = next((t for t in (graph.tensors[n].dtype for n in graph.tensors) if not t.is_int), types[0])
     return Workload(graph, dict(tensors), streams, dict(expected), dt, subs, dict(params or {}))

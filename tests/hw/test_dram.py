@@ -189,12 +189,12 @@ def test_random_traffic(seed, config):
     expect = [deque() for _ in range(ports)]
     accepts, valid_cycles, writes = [], [set() for _ in range(ports)], [set() for _ in range(ports)]
     responses = [[] for _ in range(ports)]
-    log, applied = [], [0]        # acceptances (cycle, port, addr, write, wdata, tag); entries replayed
+    log = []                      # acceptances not replayed yet: (cycle, port, addr, write, wdata, tag)
 
     def replay(before):
         """Apply the log's acceptances of cycles before ``before``: a cycle's reads see the array as it was
         before that cycle's write."""
-        entries = sorted(log[applied[0]:], key=lambda e: e[0])
+        entries = sorted(log, key=lambda e: e[0])
         ready = [e for e in entries if e[0] < before]
         for cycle in sorted({e[0] for e in ready}):
             group = [e for e in ready if e[0] == cycle]
@@ -203,7 +203,7 @@ def test_random_traffic(seed, config):
             for _, q, addr, write, wdata, tag in group:
                 if write:
                     array[addr // wb] = wdata
-        log[applied[0]:] = [e for e in entries if e[0] >= before]
+        log[:] = [e for e in entries if e[0] >= before]
 
     def requester(q):
         async def tb(ctx):
