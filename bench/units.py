@@ -66,6 +66,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the records as JSON")
     args = ap.parse_args(argv)
     names = args.units or [n for n, e in CATALOG.items() if e.stimulus is not None]
+    unknown = [n for n in names if n not in CATALOG or CATALOG[n].stimulus is None]
+    if unknown:
+        ap.error(f"--units: no timed unit {', '.join(map(repr, unknown))}; units: "
+                 + ", ".join(n for n, e in CATALOG.items() if e.stimulus is not None))
     records = []
     print(f"{'unit':26s} {'tile':>6s} {'latency':>8s} {'claimed II':>10s} {'tokens/cycle':>12s} {'match':>6s} "
           f"{'wall s':>7s}")

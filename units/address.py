@@ -5,7 +5,8 @@ A walk iterates ``D`` dimensions, innermost first: dimension ``j`` counts
 used (``n`` a configuration register). Its offset is ``acc[0]`` (each
 dimension keeps its running offset, so a carry needs no multiplier). After the
 last step of dimension ``j`` the walk closes level ``j + 1``: the unit sends
-the stop ``S_close`` after the element, one event later (``phase`` 1). A
+the stop ``S_close`` after the element, one event later (``phase`` 1), or, for
+the walk's final close, with the element (``fold`` in :meth:`AffineWalk.advance`). A
 dimension with count 0 makes the block empty above it (``has_zero``, ``lo``).
 
 Everything here is combinational from the registers and the walk's own
@@ -75,13 +76,16 @@ class AffineWalk:
                 for i in range(j):
                     m.d.sync += [self.idx[i].eq(0), self.acc[i].eq(nxt)]
 
-    def advance(self, m, finish):
+    def advance(self, m, finish, fold=None):
         """Sync updates when the walk's current event (an element, or in phase 1 its closing stop) is accepted;
-        ``finish()`` runs when that event ends the walk."""
+        ``finish()`` runs when that event ends the walk. ``fold`` (a Value, optional): the last element
+        carries the walk's final close itself (the unit sends it as the element's ``tail``), so no phase 1
+        follows it."""
+        fold = self.complete & fold if fold is not None else Const(0)
         with m.If(self.phase == 0):
             with m.If(~self.complete):
                 self.step(m)
-            with m.If(self.close_needed):
+            with m.If(self.close_needed & ~fold):
                 m.d.sync += [self.phase.eq(1), self.pend.eq(self.close), self.pend_final.eq(self.complete)]
             with m.Elif(self.complete):
                 finish()

@@ -530,9 +530,11 @@ class Accum(_Reduce):
     dropped). Init (register ``lowest``): zeros or the lowest int32.
     A data token updates the state; ``S_k`` with ``k < b`` is dropped; at
     ``S_k`` with ``k >= b`` the state is emitted, then ``S_(k-b)`` if ``k > b``
-    (the input is stalled one cycle for the second output); done passes.
+    (a data token or a dropped stop is taken while that second output leaves;
+    a close or done waits for it); done passes.
 
-    Latency 1 (registered output), II 1 (2 cycles for a stop ``S_k``, ``k > b``).
+    Latency 1 (registered output), II 1 (a stop ``S_k``, ``k > b``, followed at
+    once by another close or done costs one cycle more).
     Combinational: ``i.ready`` from ``o.ready`` (and the input's stop level);
     data and valid are registered. One adder/comparator per state element.
 
@@ -593,18 +595,20 @@ class Accum(_Reduce):
 
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
+        # data and dropped stops produce no output: taken every cycle, also while a stop is pending
+        with m.If(i.valid & is_data):
+            m.d.sync += [state.eq(nxt), fresh.eq(0)]
+            if cnt is not None:
+                blocks = int(self.params.state_tile.rows) // self.params.rows
+                with m.If(cnt < blocks):
+                    m.d.sync += cnt.eq(cnt + 1)
         with m.If(pend != 0):
+            m.d.comb += i.ready.eq(is_data | drop)
             with m.If(out_free):
                 m.d.sync += [o.valid.eq(1), o.payload.payload.eq(0), o.payload.stop.eq(pend),
                              o.payload.done.eq(0), pend.eq(0)]
         with m.Else():
             m.d.comb += i.ready.eq(is_data | drop | out_free)
-            with m.If(i.valid & is_data):
-                m.d.sync += [state.eq(nxt), fresh.eq(0)]
-                if cnt is not None:
-                    blocks = int(self.params.state_tile.rows) // self.params.rows
-                    with m.If(cnt < blocks):
-                        m.d.sync += cnt.eq(cnt + 1)
             with m.If(i.valid & out_free & (close | i.payload.done)):
                 m.d.sync += [o.valid.eq(1), o.payload.done.eq(i.payload.done), o.payload.stop.eq(0),
                              o.payload.payload.eq(Mux(i.payload.done, 0, cur.as_value())), fresh.eq(1)]

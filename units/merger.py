@@ -13,7 +13,11 @@ most one pending block end and merges or flushes it, exactly like
   otherwise flush and send ``S_k``;
 * ``end q`` (a block end): with a pending ``p >= q`` (an empty block) flush it
   first; then hold ``q`` pending — or send it at once if the event is marked
-  ``eager`` (the driving input has rank 0, so no outer stop can follow).
+  ``eager`` (the driving input has rank 0, so no outer stop can follow);
+* ``data`` with ``tail = q`` (a data element that ends its block, ``q > 0``):
+  ``data`` then ``end q``, in one cycle — the block end goes pending as the
+  data leaves, so a unit that knows its last element costs no cycle for the
+  block end (a separate ``end`` event takes one cycle of its own).
 
 Latency: 0 for data when nothing is pending (data, valid combinational from
 the input; the payload is not registered); II 1 per output token. ``i.ready``
@@ -31,9 +35,11 @@ from .layout import TokenFormat
 
 
 def event_layout(fmt: TokenFormat) -> data.StructLayout:
-    """A token plus the event flags ``end`` (block end, level in ``stop``) and ``eager``."""
+    """A token plus the event flags ``end`` (block end, level in ``stop``) and ``eager``, and ``tail`` (a data
+    element's trailing block end, 0: none)."""
     return data.StructLayout({"payload": fmt.payload.layout(), "stop": unsigned(fmt.stop_bits),
-                              "done": unsigned(1), "end": unsigned(1), "eager": unsigned(1)})
+                              "done": unsigned(1), "end": unsigned(1), "eager": unsigned(1),
+                              "tail": unsigned(fmt.stop_bits)})
 
 
 class StopMerger(wiring.Component):
@@ -51,6 +57,7 @@ class StopMerger(wiring.Component):
 
         is_stop = ~ev.done & ~ev.end & (ev.stop != 0)
         is_end = ev.end
+        is_data = ~ev.done & ~ev.end & (ev.stop == 0)
         merge = (pending != 0) & (pending < ev.stop) & (is_stop | is_end)
 
         with m.If(pending != 0):
@@ -77,6 +84,8 @@ class StopMerger(wiring.Component):
                     m.d.sync += pending.eq(ev.stop)
             with m.Else():
                 m.d.comb += [o.valid.eq(self.i.valid), self.i.ready.eq(o.ready)]
+                with m.If(self.i.valid & o.ready & is_data & (ev.tail != 0)):
+                    m.d.sync += pending.eq(ev.tail)
                 with m.If(is_end):
                     m.d.comb += o.payload.payload.eq(0)
         return m

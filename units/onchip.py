@@ -101,8 +101,11 @@ class OnChipBuffer(StepUnit):
     whatever the bank holds (the interpreter raises an error).
 
     Latency: a buffer starts streaming 2 cycles after its closing stop was taken
-    (SRAM read + output register). II 1 per output token; each buffer end costs
-    one cycle (its block end event) and each buffer switch none; in ref mode each
+    (SRAM read + output register). II 1 per output token; an affine reading's
+    final close leaves with its last tile (the event's ``tail``), a linear
+    reading's end costs one cycle (its block end event) unless it is eager (a
+    rank-0 buffer stream, or a reading followed by another of the repeat), and
+    each buffer switch none; in ref mode each
     ref token costs one cycle of its own. Writing is II 1
     while a bank is free. Combinational: ``i.ready`` from bank state only; SRAM
     read enable and the reader from ``o.ready`` (through the StopMerger);
@@ -243,6 +246,7 @@ class OnChipBuffer(StepUnit):
         s2_valid, s2_entry, s2_done, s2_end, s2_eager = (Signal(name=f"s2_{n}") for n in
                                                          ("valid", "entry", "done", "end", "eager"))
         s2_level = Signal(sb)
+        s1_tail, s2_tail = Signal(sb), Signal(sb)   # an entry's trailing block end (affine reads' final close)
         advance = Signal()
         m.d.comb += advance.eq(s1_valid & (~s2_valid | mg.i.ready))
         m.d.comb += rd.en.eq(advance)
@@ -317,25 +321,32 @@ class OnChipBuffer(StepUnit):
                         g.reset(m)
                         m.d.sync += g.phase.eq(0)
                         reading_done()
+                    # the reading's last entry carries its final close when that close may merge with an
+                    # outer stop (not eager): the close then costs no cycle of its own
+                    fold = ~g.has_zero & g.close_needed & ~(eager_mode & once)
                     with m.If(g.phase == 0):
                         with m.If(g.has_zero):
                             m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.lo),
                                          s1_eager.eq(eager_mode & once & g.complete & ~g.close_needed)]
                         with m.Else():
                             m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
+                            with m.If(g.complete & fold):
+                                m.d.comb += s1_tail.eq(g.close)
                     with m.Else():
                         m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend),
                                      # a close inside the reading is followed by the next entry: at once
                                      s1_eager.eq(~g.pend_final | (eager_mode & once))]
                     with m.If(advance):
-                        g.advance(m, end_of_reading)
+                        g.advance(m, end_of_reading, fold)
             with m.Elif(rstate == ENTRIES):
                 with m.If(ridx < rlen):
                     m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
                     with m.If(advance):
                         m.d.sync += ridx.eq(ridx + 1)
                 with m.Else():   # end of one reading of the buffer
-                    m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(b), s1_eager.eq(eager_mode & once)]
+                    # eager also between repeated readings: the next reading follows, not an outer stop
+                    m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(b),
+                                 s1_eager.eq((eager_mode & once) | (repeat_mode & (rep + 1 < rep_n)))]
                     with m.If(advance):
                         reading_done()
             with m.Elif(rstate == ENDB1):   # end of the repeat dimension
@@ -350,14 +361,14 @@ class OnChipBuffer(StepUnit):
         # ---- reader, stage 2: output register (SRAM data arrives here)
         with m.If(advance):
             m.d.sync += [s2_valid.eq(1), s2_entry.eq(s1_entry), s2_done.eq(s1_done), s2_end.eq(s1_end),
-                         s2_eager.eq(s1_eager), s2_level.eq(s1_level)]
+                         s2_eager.eq(s1_eager), s2_level.eq(s1_level), s2_tail.eq(s1_tail)]
         with m.Elif(mg.i.ready):
             m.d.sync += s2_valid.eq(0)
         word_payload, word_stop = rd.data[:pw], rd.data[pw:]
         ev = mg.i.payload
         m.d.comb += [mg.i.valid.eq(s2_valid), ev.done.eq(s2_done), ev.end.eq(s2_end), ev.eager.eq(s2_eager)]
         with m.If(s2_entry):
-            m.d.comb += ev.stop.eq(word_stop)
+            m.d.comb += [ev.stop.eq(word_stop), ev.tail.eq(s2_tail)]
             with m.If(word_stop == 0):
                 m.d.comb += ev.payload.eq(word_payload)
         with m.Else():

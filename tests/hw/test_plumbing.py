@@ -87,9 +87,12 @@ def reference(events):
     em = Emitter(sink, "o")
     for kind, level, eager, payload in events:
         gen = {"data": lambda: em.data(payload), "stop": lambda: em.stop(level), "done": em.done,
-               "end": lambda: em.end_block(level)}[kind]()
+               "end": lambda: em.end_block(level), "data_end": lambda: em.data(payload)}[kind]()
         for _ in gen:
             pass
+        if kind == "data_end":    # a data element carrying its block end: data, then end q
+            for _ in em.end_block(level):
+                pass
         if kind == "end" and eager:
             for _ in em._flush():
                 pass
@@ -98,18 +101,23 @@ def reference(events):
 
 def pack_event(kind, level, eager, payload):
     pw, sb = FMT.payload.width, FMT.stop_bits
-    p = FMT.payload.pack(payload) if kind == "data" else 0
+    p = FMT.payload.pack(payload) if kind in ("data", "data_end") else 0
     return (p | ((level if kind in ("stop", "end") else 0) << pw) | (int(kind == "done") << (pw + sb))
-            | (int(kind == "end") << (pw + sb + 1)) | (int(eager) << (pw + sb + 2)))
+            | (int(kind == "end") << (pw + sb + 1)) | (int(eager) << (pw + sb + 2))
+            | ((level if kind == "data_end" else 0) << (pw + sb + 3)))
 
 
-def random_events(seed, n=60):
+#: the event mix: data twice as often as a stop, block ends and data carrying their block end
+KINDS = ("data", "data", "stop", "end", "end", "data_end")
+
+
+def random_events(seed, n=60, kinds=KINDS):
     rng = random.Random(seed)
     ev = []
     for _ in range(n):
-        kind = rng.choice(["data", "data", "stop", "end", "end"])
+        kind = rng.choice(kinds)
         tile = np.full((2, 2), rng.randrange(-50, 50), np.int16)
-        ev.append((kind, rng.randint(1, 3), rng.random() < 0.3, tile))
+        ev.append((kind, rng.randint(1, 3), kind != "data_end" and rng.random() < 0.3, tile))
     return ev + [("done", 0, False, None)]
 
 
@@ -120,6 +128,23 @@ def test_stop_merger_matches_emitter(sim_backend, seed):
     out, _ = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]}, {"o": DONE_BIT},
                                                     seed=seed), sim_backend, "merger")
     assert FMT.unpack_all(out["o"]) == want
+
+
+def test_stop_merger_data_with_tail_costs_no_cycle(sim_backend):
+    """``d`` + ``end 1`` per block is a cycle more per block than ``d`` carrying ``tail = 1``; same tokens."""
+    tile = np.ones((2, 2), np.int16)
+    blocks = 8
+    split = [e for _ in range(blocks) for e in (("data", 0, False, tile), ("end", 1, False, None))]
+    fused = [("data_end", 1, False, tile)] * blocks
+    got = {}
+    for name, events in (("split", split), ("fused", fused)):
+        events = events + [("stop", 2, False, None), ("done", 0, False, None)]
+        out, cycles = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]},
+                                                             {"o": DONE_BIT}, p_gap=0, p_drop=0),
+                                   sim_backend, "merger")
+        assert FMT.unpack_all(out["o"]) == reference(events)
+        got[name] = cycles
+    assert got["split"] - got["fused"] == blocks, got
 
 
 def test_missing_simulator_is_a_clear_error(monkeypatch):
