@@ -25,7 +25,10 @@ fabric:
   (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is not a multiple
   of ``P``: ``P³`` MACs per cycle on full tiles) and passes the stop closing
   each output tile's ``k/P`` products as a token of its own (one cycle per
-  output tile more), element-wise units one physical tile per cycle;
+  output tile more), element-wise units one physical tile per cycle; a static
+  matmul's output pieces leave one by one, the first ``k/P + 1`` cycles after
+  it starts (:meth:`Model.output_lead`), so an element-wise consumer
+  processes them as they come;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
@@ -168,6 +171,7 @@ class TimedPorts(Ports):
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
         self.dyn = model._node_info(node)[2] if self.plain else False
+        self.lead = model.output_lead(node)
         self._costs: dict = {}      # a plain node: cost per payload shape
         if self.random_load:
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
@@ -262,11 +266,14 @@ class TimedPorts(Ports):
             end = max(start + cost, self.avail + 1, now + 1)
             yield ("delay", 1)
         else:
-            if is_data and self.avail > now:
-                end = self.avail + cost
+            begin = self.avail if is_data and self.avail > now else now
+            end = begin + cost
+            lead = self.lead
+            if is_data and lead is not None and lead < cost:
+                # the pieces leave one by one: the token goes out with its first piece, stamped with its last
+                yield ("delay", begin + lead - now)
             else:
-                end = now + cost
-            yield ("delay", end - now)
+                yield ("delay", end - now)
         outs = self.outs
         for port in ports:
             ch = outs[port]
@@ -523,6 +530,21 @@ class Model:
         # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
         return True, {p for p, t in ins.items() if (rows_dynamic(t) or node.kind in ("Accum", "Scan"))
                       and p != "ref"}
+
+    def output_lead(self, node):
+        """Cycles from a static matmul's start to its first output piece (``k/P`` products and the stop that
+        closes them: the lowered Accum then emits that ``P x P`` tile, and the next output's products
+        follow), ``None`` for every other node: it sends a tile when the tile is done. Its consumers see
+        the token then, stamped with when its last piece leaves, so an element-wise consumer (cut-through)
+        processes the pieces as they come, as in the RTL."""
+        if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
+            return None
+        a = node.t("in0").dtype
+        types = [a, node.t("in1").dtype] + [st.dtype for st in node.out_types.values()]
+        if not (isinstance(a, Tile) and all(isinstance(t, Tile) and t.rows.is_Integer and t.cols.is_Integer
+                                            for t in types)):
+            return None
+        return -(-int(a.cols) // self.P) + 1
 
     def cost(self, node, tok, inputs=None) -> int:
         """Cycles to produce ``tok``; ``inputs``: the data tokens just taken per input port (their actual

@@ -9,12 +9,13 @@ from step_hdl.cli import main
 from step_hdl.sim.compare import compare, load_rtl_points, mape, pearson, swiglu_model_fn
 
 # SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
-# bench/rtl_sim.py --tiles 4 16 --sweep (Verilator), commit 055a606 (edge FIFOs at II 1).
+# `step-hdl compare swiglu --json` (Verilator), 2026-12-01 (buffer reads' final close with their last tile,
+# Accum taking data while its trailing stop leaves).
 # (tile_b, tile_inter) -> cycles
 RTL_SWIGLU_16 = {
-    (16, 16): 16769, (16, 32): 14752, (16, 64): 13792, (16, 128): 13394, (16, 256): 13326,
-    (32, 16): 10763, (32, 32): 8736, (32, 64): 7814, (32, 128): 7494, (32, 256): 7616,
-    (64, 16): 7931, (64, 32): 6032, (64, 64): 5089, (64, 128): 4917, (64, 256): 5931,
+    (16, 16): 16694, (16, 32): 14662, (16, 64): 13670, (16, 128): 13222, (16, 256): 13094,
+    (32, 16): 10663, (32, 32): 8693, (32, 64): 7701, (32, 128): 7277, (32, 256): 7252,
+    (64, 16): 7719, (64, 32): 5797, (64, 64): 5041, (64, 128): 4824, (64, 256): 5794,
 }
 
 
@@ -86,9 +87,9 @@ def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch):
 
 
 def test_model_tracks_rtl_swiglu_paper_sweep():
-    # issue 5's target: pearson >= 0.99, MAPE <= 5 %, every point within 10 %
+    # the memory-system issue's target: pearson >= 0.995, MAPE <= 3 %; and every point within 10 %
     pts = [{"tile_b": tb, "tile_inter": ti, "cycles": c} for (tb, ti), c in RTL_SWIGLU_16.items()]
     c = compare(pts, swiglu_model_fn())
     bad = [(p["tile_b"], p["tile_inter"], p["error_pct"]) for p in c.points if abs(p["error_pct"]) > 10]
     assert not bad, f"model off by more than 10 %: {bad}; pearson {c.pearson:.3f}, mape {c.mape:.1f} %"
-    assert c.pearson >= 0.99 and c.mape <= 5, f"pearson {c.pearson:.4f}, mape {c.mape:.2f} %"
+    assert c.pearson >= 0.995 and c.mape <= 3, f"pearson {c.pearson:.4f}, mape {c.mape:.2f} %"

@@ -57,6 +57,17 @@ def test_reduced_sweep_bit_exact_on_verilator(reduced_sweep, point):
     assert all(0 <= u["active"] <= 1 and 0 <= u["stalled"] <= 1 for u in util.values())
 
 
+def test_model_tracks_rtl_reduced_sweep(reduced_sweep):
+    """The memory-system issue's target on the small 4x4-tile sweep: the model's mean error <= 5 %, no point
+    beyond 10 % (measured 2026-12-01: mean 3.8 %, worst -6.0 %, the model low everywhere: it counts no
+    pipeline latency)."""
+    fab, ws, preps = reduced_sweep
+    errors = {pt: model(w, fab).cycles / run(prep, "verilator").cycles - 1
+              for pt, w, prep in zip(SWEEP, ws, preps)}
+    worst = max(errors, key=lambda pt: abs(errors[pt]))
+    assert np.mean(np.abs(list(errors.values()))) <= 0.05 and abs(errors[worst]) <= 0.10, errors
+
+
 def test_graph_that_does_not_fit_the_fabric():
     w = swiglu(8, 16, 32, 8, 16, "int16")
     small = Fabric(tile=4, units={"Map": 2}, map_functions=("matmul", "mul", "requantize", "silu"))
@@ -208,7 +219,8 @@ def test_moe_dynamic_tiling_small_on_amaranth():
 @pytest.mark.xfail(raises=ModelDisagreement, strict=True, reason=NOT_YET)
 def test_moe_dynamic_tiling_mixtral_b64_on_verilator(routing):
     """The acceptance run: Mixtral's 8 experts, top-2, the real b64 routing trace, H=16, I=32 on 4x4 tiles.
-    Measured: RTL 2,739 cycles, model 3,355 (+22.5 %)."""
+    Measured: RTL 2,642 cycles, model 3,355 (+27.0 %); static tiles of 3, 6, 10 rows
+    (``paper``): RTL 1,785 / 2,379 / 3,160, model 1,552 / 1,832 / 2,206 (-13 / -23 / -30 %)."""
     from step_hdl.workloads.moe import moe
     w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")
     prep = prepare(w, 4)
@@ -247,7 +259,7 @@ def _moe_small_on_amaranth(unit_class, tolerance=0.10, **kw):
 def test_moe_static_tiling_small_on_amaranth():
     """Static token tiles in RTL: rows padded to tiles of 3 (Reshape with padding, its flags summed per
     row), packed, computed, unpacked, and the padding rows dropped (a KeepIfZero selector). The model
-    is 15 % slow here (414 against 361 cycles; static tiling's model error is larger than dynamic's, see
+    is 14 % slow here (406 against 357 cycles; static tiling's model error is larger than dynamic's, see
     docs/study-dynamic-tiling.md)."""
     _moe_small_on_amaranth("KeepIfZero", 0.15, hidden=8, inter=8, tile_inter=8, tiling="static", tile=3)
 
@@ -323,7 +335,7 @@ def test_gqa_dynamic_parallelization_small_on_amaranth():
     assert prep.program.tiles["kv_table"] == (1, 2) and prep.program.tiles["K"] == (1, 4)
     res = run(prep, "amaranth")
     _gqa_checks(w, prep, res)
-    # four requests are mostly pipeline fill and drain, where the model is coarsest (+11 % here); the
+    # four requests are mostly pipeline fill and drain, where the model is coarsest (+8 % here); the
     # acceptance figure (10 %) is the b16 trace's, in test_gqa_b16_on_verilator
     _model_within(w, res, tolerance=0.15)
 
