@@ -15,7 +15,7 @@ fabric:
   int16 matmul moves at one tile per cycle like its operands;
 * tiles with a dynamic row count move cut-through: the RTL passes their
   ``[1, P]`` rows on one by one, so a row-granular unit (element-wise map,
-  broadcast, routing, column reduction, outer-product matmul) starts on a
+  broadcast, routing, column reduction, matmul) starts on a
   token's first row and its output's last row leaves one cycle after its
   input's, or when its own cost since the start is over; operands it needs
   whole (a static matmul operand, a ``[1, C]`` vector broadcast over rows)
@@ -29,6 +29,12 @@ fabric:
   matmul's output pieces leave one by one, the first ``k/P + 1`` cycles after
   it starts (:meth:`Model.output_lead`), so an element-wise consumer
   processes them as they come;
+* an edge's FIFO holds ``depth`` lowered tokens, as the RTL's: a logical tile
+  takes as many places as its physical tiles (:func:`stream_tokens`); one of
+  more pieces than ``depth`` enters an empty FIFO only and holds its producer
+  until the consumer has taken it (the RTL unit is still sending its last
+  pieces), so a long path buffers what the RTL buffers, not ``depth`` logical
+  tiles;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
@@ -140,16 +146,25 @@ class _Proc:
 
 
 class TimedChannel(Channel):
-    __slots__ = ("depth", "data_waiters", "space_waiters", "ends", "on_push", "pushed")
+    __slots__ = ("depth", "data_waiters", "space_waiters", "ends", "on_push", "pushed", "fill", "sizes", "need")
 
     def __init__(self, name, depth):
         super().__init__(name, record=False)
-        self.depth = depth
+        self.depth = depth              # in lowered tokens (physical tiles and stops), as the RTL FIFO's
+        self.fill = 0                   # lowered tokens queued
+        self.sizes: deque = deque()     # per queued token: the lowered tokens it is
+        self.need = 1                   # the lowered tokens of the token waiting to be pushed
         self.ends: deque = deque()      # per queued token: when its last physical tile arrives
         self.on_push = None             # called after each push (a random load's address input)
         self.pushed = 0                 # tokens pushed so far (counted where on_push is set)
         self.data_waiters: list = []
         self.space_waiters: list = []
+
+    def room(self) -> bool:
+        """Whether the waiting token fits: the RTL FIFO holds ``depth`` physical tiles, so a logical tile of
+        more pieces than that streams through an empty FIFO only, and a smaller one waits for its pieces'
+        room."""
+        return not self.queue or self.fill + self.need <= self.depth
 
 
 class TimedPorts(Ports):
@@ -173,6 +188,8 @@ class TimedPorts(Ports):
         self.dyn = model._node_info(node)[2] if self.plain else False
         self.lead = model.output_lead(node)
         self._costs: dict = {}      # a plain node: cost per payload shape
+        self.out_dyn = model._node_info(node)[2]
+        self._pieces_of: dict = {}  # lowered tokens per payload shape
         if self.random_load:
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
 
@@ -235,6 +252,19 @@ class TimedPorts(Ports):
                 cost = ready - now
         return cost
 
+    def _pieces(self, tok) -> int:
+        """The lowered tokens ``tok`` is on its stream (physical tiles and the stops among them)."""
+        if tok.stop or tok.done:
+            return 1
+        payload = tok.payload
+        key = payload.shape if type(payload) is ShapeOnly or type(payload) is np.ndarray else None
+        n = self._pieces_of.get(key) if key is not None else None
+        if n is None:
+            n = max(1, self.model._tiles(payload, self.out_dyn))
+            if key is not None:
+                self._pieces_of[key] = n
+        return n
+
     def put(self, port, tok):
         return self.put_all((port,), tok, self._send_cycles(tok))
 
@@ -275,12 +305,16 @@ class TimedPorts(Ports):
             else:
                 yield ("delay", end - now)
         outs = self.outs
+        need = self._pieces(tok)
         for port in ports:
             ch = outs[port]
             queue = ch.queue
-            while len(queue) >= ch.depth:
+            ch.need = need
+            while queue and ch.fill + need > ch.depth:
                 yield ("space", ch)
             queue.append(tok)           # TimedChannel.push: nothing recorded
+            ch.fill += need
+            ch.sizes.append(need)
             now = model.now
             ch.ends.append(end if end > now else now)
             if ch.data_waiters:
@@ -288,6 +322,13 @@ class TimedPorts(Ports):
             if ch.on_push is not None:
                 ch.pushed += 1
                 ch.on_push()
+        for port in ports:
+            ch = outs[port]
+            if need > ch.depth:
+                # more pieces than the FIFO holds: the unit is still sending the last of them until its
+                # consumer has taken the rest, so it starts nothing new before the consumer takes the token
+                while ch.queue:
+                    yield ("space", ch)
         now = model.now
         if now < end:
             yield ("delay", end - now)
@@ -304,6 +345,7 @@ class TimedPorts(Ports):
 
 def _take(io, port, ch, tok, end):
     """What :meth:`TimedPorts.get` does with a token just taken from ``ch`` (the selector cycle aside)."""
+    ch.fill -= ch.sizes.popleft()
     if ch.space_waiters:
         io.model.wake(ch.space_waiters)
     if not tok.stop and not tok.done:
@@ -506,9 +548,9 @@ class Model:
 
         Cut-through: any of its streams carries tiles with a dynamic row count, which the RTL moves as
         ``[1, P]`` row tiles through row-granular units (element-wise maps, broadcasts, routing, column
-        reductions, the outer-product matmul). Not: ``P x P`` tiles' consumers, on-chip buffers
-        (RepeatStatic, Bufferize/Streamify) and matmuls, whose RTL buffers operands (each row, and the
-        static operand re-read per row)."""
+        reductions, the outer-product matmul, and a matmul of row tiles, which buffers each row and its
+        static operand whole, re-read per row, and starts on the first row). Not: ``P x P`` tiles'
+        consumers and on-chip buffers (RepeatStatic, Bufferize/Streamify)."""
         def rows_dynamic(t):
             return isinstance(t, Tile) and not t.rows.is_Integer
         ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
@@ -526,7 +568,9 @@ class Model:
                 return bool(streamed), streamed
             return False, set()
         if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a"):
-            return False, set()     # buffers its operands: each row, and the static operand re-read per row
+            # buffers its operands, each row of the row-tiled one and the static one whole (re-read per row),
+            # and starts on the first row
+            return True, {p for p, t in ins.items() if rows_dynamic(t)}
         # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
         return True, {p for p, t in ins.items() if (rows_dynamic(t) or node.kind in ("Accum", "Scan"))
                       and p != "ref"}
@@ -666,7 +710,7 @@ class Model:
                         ch.data_waiters.append(proc)
                     break
                 if kind == "space":
-                    if len(arg.queue) < arg.depth:
+                    if arg.room():
                         continue
                     proc.state = ("space", t)
                     arg.space_waiters.append(proc)

@@ -164,3 +164,22 @@ def test_range_builds_wrapped_int32_index_tiles():
         got = f.spec.apply(f, np.array(a, np.int32))
         assert all(g.shape == (1, 1) and g.dtype == np.int32 for g in got)
         assert [int(g[0, 0]) for g in got] == want
+
+def test_fifos_hold_physical_tiles_as_the_rtl_does():
+    """An edge of depth D holds D lowered tokens: [8, 8] tiles on 4x4 physical tiles are 6 of them (4 tiles and
+    the stops closing their 2 block rows), so depth 8 holds one tile and depth 12 two. Counting logical tiles,
+    both would hold all four and give the same timing."""
+    from step_hdl import Graph
+    from step_hdl.mapper.tiling import stream_tokens
+    assert stream_tokens(8, 8, 4) == 6
+    g = Graph("fifo")
+    g.tensor("x", 32, 8, "int16")
+    g.tensor("w", 8, 8, "int16")
+    x = g.load("x", tile=(8, 8), out_shape=[4], stride=[1], name="lx")
+    w = g.load("w", tile=(8, 8), out_shape=[4], stride=[0], name="lw")
+    y = g.map([x, w], "matmul", name="mm")    # 12 cycles per tile: slower than the loads
+    g.output(y, name="o")
+    runs = {d: simulate(g, ModelParams(tile=4), depths={e: d for e in ("lx.out", "lw.out", "mm.out")})
+            for d in (8, 12, 64)}
+    stalled = {d: r.nodes["lx"]["stalled"] for d, r in runs.items()}
+    assert stalled[8] > stalled[12] > stalled[64] == 0, stalled
