@@ -49,7 +49,10 @@ fabric:
   per tile while the memory keeps up), so the send takes ``max(transfer, DRAM
   completion)``, not their sum; a random load also issues the requests of the
   addresses already waiting at its input, as the RTL unit takes addresses
-  while it has credits.
+  while it has credits, and a linear load whose ``ref`` elements each re-read
+  one block (the MoE experts' weights per token tile) issues the blocks of the
+  ref elements already waiting once its current block is issued
+  (:meth:`TimedMemory.ref_prefetcher`), as the RTL walk goes on into them.
 
 The operators every fine-grained token passes through (random loads,
 broadcasts, flat maps, accumulators) run as fused loops here, the timed
@@ -192,6 +195,8 @@ class TimedPorts(Ports):
         self._pieces_of: dict = {}  # lowered tokens per payload shape
         if self.random_load:
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
+        self._ref_prefetch = (ctx.memory.ref_prefetcher(node, ins["ref"], model.params.mem_inflight)
+                              if self.load and "ref" in ins else None)
 
     def get(self, port):
         ch = self.ins[port]
@@ -248,6 +253,8 @@ class TimedPorts(Ports):
             ready = self.ctx.memory.issue(self.node.name, now, model.params.mem_inflight)
             if self.random_load:
                 self._prefetch()
+            elif self._ref_prefetch is not None:
+                self._ref_prefetch()
             if ready - now > cost:
                 cost = ready - now
         return cost
@@ -667,6 +674,8 @@ class Model:
                 # doing, while it has credits: its tracker holds up to mem_inflight of them
                 ins["addr"].on_push = proc.ports._prefetch
                 ins["addr"].depth = max(ins["addr"].depth, self.params.mem_inflight)
+            elif proc.ports._ref_prefetch is not None:
+                ins["ref"].on_push = proc.ports._ref_prefetch
             run = _fused(node) if self.fused else None
             proc.gen = run(node, proc.ports) if run is not None else node.run(proc.ports)
             procs.append(proc)

@@ -65,7 +65,7 @@ class TimedMemory(Memory):
         control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
         super().__init__(graph, control if timing_only else tensors)
         self.real = set(self.arrays) if timing_only else set(graph.tensors)
-        self.dram, self.timing_only, self.now = dram, timing_only, 0
+        self.dram, self.timing_only, self.now, self.bind = dram, timing_only, 0, bind
         self.ready: dict[str, deque] = {}
         self._loads: dict[str, _LoadState] = {}   # per load: its requests issued, held, pending
         self._reads: dict[str, tuple] = {}         # per load: tensor and tile facts (read_info)
@@ -151,6 +151,54 @@ class TimedMemory(Memory):
                 free -= pieces
                 if free < pieces:
                     break
+            st.cursor = front + i
+
+        return prefetch
+
+    def ref_prefetcher(self, node, channel, credits: int):
+        """For linear load ``node`` whose ``ref`` elements each re-read one block (stride 0 over the ref
+        dimensions), with ref input ``channel``: a function that issues, at :attr:`now`, the reads of the
+        blocks of ref elements already waiting, once the current block's reads are all issued and while a
+        whole block fits in the free credits; ``None`` for any other load.
+
+        The RTL :class:`~step_hdl.units.offchip.LinearOffChipLoad` walks on into the next ref element's
+        addresses as soon as it has issued the current one's, while it has credits, whatever its output is
+        doing; the interpreter's load reads a block only when it takes the ref element."""
+        if node.kind != "LinearOffChipLoad" or node.inputs.get("ref") is None:
+            return None
+        lead = len(node.t("ref").shape)
+        if any(node.p("stride")[:lead]):
+            return None
+        st = self._load(node.name)
+        early, queue, access, name = st.early, channel.queue, self.dram.access, node.name
+        offsets = None      # the block's tile indices, at first use
+
+        def prefetch() -> None:
+            nonlocal offsets
+            info = self._reads.get(name)
+            if info is None or st.pending:
+                return              # no block read yet (tile facts unknown), or the current one not all issued
+            start, nbytes, pieces = info[4], info[5], info[6]
+            if offsets is None:
+                out_shape = [int(d.subs(self.bind)) for d in node.p("out_shape")]
+                offs = [node.p("base")]
+                for size, stride in zip(out_shape, node.p("stride")[lead:]):
+                    offs = [o + j * stride for o in offs for j in range(size)]
+                offsets = offs
+            need = pieces * len(offsets)
+            free = credits - st.held_sum - sum(got for _, got in early)
+            n = len(queue)
+            front = channel.pushed - n
+            i = max(st.cursor - front, 0)
+            now = self.now
+            while i < n and free >= need:
+                tok = queue[i]
+                i += 1
+                if tok.stop or tok.done:
+                    continue
+                for index in offsets:
+                    early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
+                free -= need
             st.cursor = front + i
 
         return prefetch

@@ -219,7 +219,7 @@ def test_moe_dynamic_tiling_small_on_amaranth():
 def test_moe_dynamic_tiling_mixtral_b64_on_verilator(routing):
     """The acceptance run: Mixtral's 8 experts, top-2, the real b64 routing trace, H=16, I=32 on 4x4 tiles.
     Measured 2026-12-01: RTL 2,642 cycles, model 2,638 (-0.2 %); static tiles of 3, 6, 10 rows
-    (``paper``): RTL 1,785 / 2,379 / 3,160, model 1,678 / 1,832 / 2,206 (-6 / -23 / -30 %)."""
+    (``paper``): RTL 1,785 / 2,379 / 3,160, model 1,552 / 1,832 / 2,206 (-13 / -23 / -30 %)."""
     from step_hdl.workloads.moe import moe
     w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")
     prep = prepare(w, 4)
@@ -257,10 +257,10 @@ def _moe_small_on_amaranth(unit_class, tolerance=0.10, **kw):
 
 def test_moe_static_tiling_small_on_amaranth():
     """Static token tiles in RTL: rows padded to tiles of 3 (Reshape with padding, its flags summed per
-    row), packed, computed, unpacked, and the padding rows dropped (a KeepIfZero selector). The model
-    is 14 % slow here (406 against 357 cycles; static tiling's model error is larger than dynamic's, see
-    docs/study-dynamic-tiling.md)."""
-    _moe_small_on_amaranth("KeepIfZero", 0.15, hidden=8, inter=8, tile_inter=8, tiling="static", tile=3)
+    row), packed, computed, unpacked, and the padding rows dropped (a KeepIfZero selector). Measured
+    2026-12-01: RTL 357 cycles, model 369 (+3.4 %; +14 % before the model's loads walked on into the next
+    ref element's block as the RTL's do)."""
+    _moe_small_on_amaranth("KeepIfZero", hidden=8, inter=8, tile_inter=8, tiling="static", tile=3)
 
 
 @pytest.mark.slow
@@ -270,7 +270,7 @@ def test_moe_static_against_dynamic_tiling_mixtral_b64_on_verilator(routing):
     tiles of 3 and 10 rows and dynamic tiles on the real b64 routing (H=16, I=32), bit-exact, with the
     symbolic off-chip bytes; the claims: dynamic tiling is the faster in RTL, and the model's static-3 /
     dynamic ratio is within 10 % of the RTL's. Measured 2026-12-01 (``paper-interval1``): static 3 1,757,
-    static 10 3,154, dynamic 2,605 RTL cycles (model 1,678, 2,206, 2,638): static 3 is the faster, because
+    static 10 3,154, dynamic 2,605 RTL cycles (model 1,552, 2,206, 2,638): static 3 is the faster, because
     the dynamic tiles' matmuls still run on row tiles at 1/P of the array (issue 18)."""
     from step_hdl.workloads.moe import moe
     rtl, model = {}, {}
