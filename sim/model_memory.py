@@ -32,8 +32,9 @@ _new_shape_only = object.__new__
 
 class _LoadState:
     """One load's DRAM requests: completion times of the tiles issued (``ready``), their physical tiles
-    not yet sent (``held``, summed in ``held_sum``), reads not yet issued (``pending``) and, for a random
-    load, requests issued ahead for addresses waiting at its input (``early``: (completion, pieces))."""
+    not yet sent (``held``, summed in ``held_sum``), reads not yet issued (``pending``) and requests issued
+    ahead, for the addresses waiting at a random load's input or the ref elements waiting at a linear
+    load's (``early``: (completion, pieces))."""
 
     __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor")
 
@@ -43,7 +44,7 @@ class _LoadState:
         self.held_sum = 0
         self.pending: deque = deque()
         self.early: deque = deque()
-        self.cursor = 0         # a random load: push count of the first input token prefetch has not looked at
+        self.cursor = 0         # push count of the first input token the prefetch has not looked at
 
 
 class TimedMemory(Memory):
