@@ -188,11 +188,11 @@ class TimedPorts(Ports):
         self.random_store = kind == "RandomOffChipStore"
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
-        self.dyn = model._node_info(node)[2] if self.plain else False
+        self.out_dyn = model._node_info(node)[2]    # its output tiles have a dynamic row count
         self.lead = model.output_lead(node)
-        self._costs: dict = {}      # a plain node: cost per payload shape
-        self.out_dyn = model._node_info(node)[2]
         self._pieces_of: dict = {}  # lowered tokens per payload shape
+        if self.plain:
+            self._cost = self._pieces   # a node without compute: one cycle per lowered token it sends
         if self.random_load:
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
         self._ref_prefetch = (ctx.memory.ref_prefetcher(node, ins["ref"], model.params.mem_inflight)
@@ -224,17 +224,6 @@ class TimedPorts(Ports):
             yield ("data", tuple(chans))
 
     def _cost(self, tok) -> int:
-        if self.plain:
-            if tok.stop or tok.done:
-                return 1
-            payload = tok.payload
-            tp = type(payload)
-            if tp is ShapeOnly or tp is np.ndarray:     # the cost depends on the shape only
-                cycles = self._costs.get(payload.shape)
-                if cycles is None:
-                    cycles = self._costs[payload.shape] = max(1, self.model._tiles(payload, self.dyn))
-                return cycles
-            return max(1, self.model._tiles(payload, self.dyn))
         return self.model.cost(self.node, tok, self.taken)
 
     def _send_cycles(self, tok) -> int:
@@ -264,12 +253,12 @@ class TimedPorts(Ports):
         if tok.stop or tok.done:
             return 1
         payload = tok.payload
-        key = payload.shape if type(payload) is ShapeOnly or type(payload) is np.ndarray else None
-        n = self._pieces_of.get(key) if key is not None else None
+        tp = type(payload)
+        if tp is not ShapeOnly and tp is not np.ndarray:
+            return max(1, self.model._tiles(payload, self.out_dyn))
+        n = self._pieces_of.get(payload.shape)      # it depends on the shape only
         if n is None:
-            n = max(1, self.model._tiles(payload, self.out_dyn))
-            if key is not None:
-                self._pieces_of[key] = n
+            n = self._pieces_of[payload.shape] = max(1, self.model._tiles(payload, self.out_dyn))
         return n
 
     def put(self, port, tok):
@@ -317,7 +306,7 @@ class TimedPorts(Ports):
             ch = outs[port]
             queue = ch.queue
             ch.need = need
-            while queue and ch.fill + need > ch.depth:
+            while not ch.room():
                 yield ("space", ch)
             queue.append(tok)           # TimedChannel.push: nothing recorded
             ch.fill += need

@@ -47,6 +47,22 @@ class _LoadState:
         self.cursor = 0         # push count of the first input token the prefetch has not looked at
 
 
+def _waiting(st: _LoadState, channel):
+    """The data tokens waiting at a load's input ``channel`` (a :class:`TimedChannel`, which counts its
+    pushes) that its prefetch has not looked at yet, oldest first; ``st.cursor`` moves past each one as it
+    is given (and past the stops before it), so a scan stopped after a token resumes at the next."""
+    queue = channel.queue
+    n = len(queue)
+    front = channel.pushed - n      # push count of the token at the head of the queue
+    i = max(st.cursor - front, 0)
+    while i < n:
+        tok = queue[i]
+        i += 1
+        st.cursor = front + i
+        if not tok.stop and not tok.done:
+            yield tok
+
+
 class TimedMemory(Memory):
     """Off-chip memory whose reads and writes go through the DRAM timing model.
 
@@ -119,7 +135,7 @@ class TimedMemory(Memory):
         queue costs nothing.
         """
         st = self._load(node.name)
-        early, queue, access, name = st.early, channel.queue, self.dram.access, node.name
+        early, access, name = st.early, self.dram.access, node.name
         start = nbytes = pieces = base = None    # the tensor's address, a tile's bytes and pieces: at first use
 
         def prefetch() -> None:
@@ -136,23 +152,13 @@ class TimedMemory(Memory):
             free = credits - st.held_sum - pieces * k
             if free < pieces:
                 return
-            n = len(queue)
-            front = channel.pushed - n  # push count of the token at the head of the queue
-            i = st.cursor - front
-            if i < 0:
-                i = 0
             now = self.now
-            while i < n:
-                tok = queue[i]
-                i += 1
-                if tok.stop or tok.done:
-                    continue
+            for tok in _waiting(st, channel):
                 index = base + int(tok.payload.item(0))
                 early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
                 free -= pieces
                 if free < pieces:
                     break
-            st.cursor = front + i
 
         return prefetch
 
@@ -171,8 +177,8 @@ class TimedMemory(Memory):
         if any(node.p("stride")[:lead]):
             return None
         st = self._load(node.name)
-        early, queue, access, name = st.early, channel.queue, self.dram.access, node.name
-        offsets = None      # the block's tile indices, at first use
+        early, access, name = st.early, self.dram.access, node.name
+        offsets = None      # the block's tile indices (every ref element's: stride 0), at first use
 
         def prefetch() -> None:
             nonlocal offsets
@@ -181,26 +187,18 @@ class TimedMemory(Memory):
                 return              # no block read yet (tile facts unknown), or the current one not all issued
             start, nbytes, pieces = info[4], info[5], info[6]
             if offsets is None:
-                out_shape = [int(d.subs(self.bind)) for d in node.p("out_shape")]
-                offs = [node.p("base")]
-                for size, stride in zip(out_shape, node.p("stride")[lead:]):
-                    offs = [o + j * stride for o in offs for j in range(size)]
-                offsets = offs
+                offsets = node.block_indices(self.bind, (0,) * lead)[1]
             need = pieces * len(offsets)
             free = credits - st.held_sum - sum(got for _, got in early)
-            n = len(queue)
-            front = channel.pushed - n
-            i = max(st.cursor - front, 0)
+            if free < need:
+                return
             now = self.now
-            while i < n and free >= need:
-                tok = queue[i]
-                i += 1
-                if tok.stop or tok.done:
-                    continue
+            for _ in _waiting(st, channel):
                 for index in offsets:
                     early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
                 free -= need
-            st.cursor = front + i
+                if free < need:
+                    break
 
         return prefetch
 

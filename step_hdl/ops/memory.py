@@ -74,19 +74,27 @@ class LinearOffChipLoad(_OffChip):
                                    f"{len(shape)} dimensions {['ref'] * len(lead) + ['out'] * len(self.p('out_shape'))}")
         return {"out": StreamType(tile, shape)}
 
+    def block_indices(self, bindings, lead_idx=()) -> tuple[list, list]:
+        """``(out_shape, tile indices)`` of the block read for the ref element at ``lead_idx`` (``()``
+        without ref): the indices in the order the tiles are read, row-major over ``out_shape``."""
+        out_shape = [int(d.subs(bindings)) for d in self.p("out_shape")]
+        strides = self.p("stride")
+        indices = [self.p("base") + sum(i * s for i, s in zip(lead_idx, strides))]
+        for size, stride in zip(out_shape, strides[len(lead_idx):]):
+            indices = [k + j * stride for k in indices for j in range(size)]
+        return out_shape, indices
+
     def _block(self, io, lead_idx):
         arr, tr, tc = self.grid(io)
-        out_shape = [int(d.subs(io.ctx.bindings)) for d in self.p("out_shape")]
-        strides = self.p("stride")
-        base = self.p("base") + sum(i * s for i, s in zip(lead_idx, strides))
-        inner = strides[len(lead_idx):]
+        out_shape, indices = self.block_indices(io.ctx.bindings, lead_idx)
+        tiles = iter([io.ctx.memory.read_tile(self, arr, k, tr, tc) for k in indices])
 
-        def build(level, offset):
+        def build(level):
             if level == len(out_shape):
-                return io.ctx.memory.read_tile(self, arr, offset, tr, tc)
-            return [build(level + 1, offset + j * inner[level]) for j in range(out_shape[level])]
+                return next(tiles)
+            return [build(level + 1) for _ in range(out_shape[level])]
 
-        return build(0, base)
+        return build(0)
 
     def run(self, io):
         q = len(self.p("out_shape")) - 1
