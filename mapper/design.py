@@ -104,7 +104,7 @@ class Design:
     def counter_names(self) -> list[str]:
         names = ["cycles", "bytes_read", "bytes_written", "idle"]
         for u in self.units:
-            names += [f"{u.name}.active", f"{u.name}.stalled"]
+            names += [f"{u.name}.active", f"{u.name}.stalled", f"{u.name}.finish"]
         for e in self.edges:
             names += [f"{e.label}.produced", f"{e.label}.consumed"]
         return names

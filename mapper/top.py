@@ -23,8 +23,9 @@ Interface of :class:`FabricTop` (``docs/architecture.md`` has the table):
     testbench instrumentation, left out for synthesis (``FabricTop(design, counters=False)``
     builds no counter registers and has no ``ctr_*`` ports): counter ``k`` of :meth:`Design.counter_names`: ``cycles`` (start to done),
     ``bytes_read``, ``bytes_written``, ``idle``, per unit ``<unit>.active``
-    (cycles with a transfer on any of its ports) and ``<unit>.stalled`` (no
-    transfer, an output blocked by a full FIFO), per edge ``<edge>.produced``
+    (cycles with a transfer on any of its ports), ``<unit>.stalled`` (no
+    transfer, an output blocked by a full FIFO) and ``<unit>.finish`` (the
+    cycle count just after its last transfer), per edge ``<edge>.produced``
     and ``<edge>.consumed`` (tokens into and out of its FIFO; a difference is a
     token still held, which is how a deadlock report names stuck channels).
 """
@@ -152,6 +153,11 @@ class FabricTop(wiring.Component):
             blocked = Cat(*[s.valid & ~s.ready for s, out in ps if out])
             counter(f"{spec.name}.active", active)
             counter(f"{spec.name}.stalled", ~active & (blocked.any() if len(blocked) else Const(0)))
+            # when the unit last moved a token: a timeline point per unit without per-cycle sampling
+            finish = Signal(COUNTER_BITS, name="ctr_" + spec.name + "__finish")
+            with m.If(live & active):
+                m.d.sync += finish.eq(values["cycles"] + 1)
+            values[f"{spec.name}.finish"] = finish
         for name, fire in counters.items():
             counter(name, fire)
         table = Array([values[n] for n in self.counter_names])

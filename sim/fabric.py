@@ -135,10 +135,11 @@ class RtlResult:
         return self.bytes_read + self.bytes_written
 
     def utilization(self, design: Design) -> dict:
-        """Per unit: fraction of cycles active and stalled."""
+        """Per unit: fraction of cycles active and stalled, and the cycle after its last transfer."""
         c = max(1, self.cycles)
         return {u.name: {"active": self.counters[f"{u.name}.active"] / c,
-                         "stalled": self.counters[f"{u.name}.stalled"] / c} for u in design.units}
+                         "stalled": self.counters[f"{u.name}.stalled"] / c,
+                         "finish": self.counters[f"{u.name}.finish"]} for u in design.units}
 
     def bandwidth_fraction(self, dram: DramParams) -> float:
         """Off-chip bytes / peak bytes per cycle / cycles: the fraction of the bandwidth bound reached."""

@@ -13,7 +13,8 @@ fabric:
   its element type: a stream's payload is one physical tile of the stream's own
   type (``units.layout.TileFormat``, width by dtype), so the int32 output of an
   int16 matmul moves at one tile per cycle like its operands;
-* tiles with a dynamic row count move cut-through: the RTL passes their
+* tiles with a dynamic row count, or a static one that is not a multiple of
+  ``P``, move cut-through: the RTL passes their
   ``[1, P]`` rows on one by one, so a row-granular unit (element-wise map,
   broadcast, routing, column reduction, matmul) starts on a
   token's first row and its output's last row leaves one cycle after its
@@ -542,13 +543,15 @@ class Model:
         which inputs it streams (row-tiled ones, and an Accum's); the others it needs whole before it
         starts.
 
-        Cut-through: any of its streams carries tiles with a dynamic row count, which the RTL moves as
-        ``[1, P]`` row tiles through row-granular units (element-wise maps, broadcasts, routing, column
+        Cut-through: any of its streams carries tiles with a dynamic row count or a static one that is
+        not a multiple of ``P``, which the RTL moves as ``[1, P]`` row tiles through row-granular units (element-wise maps, broadcasts, routing, column
         reductions, the outer-product matmul, and a matmul of row tiles, which buffers each row and its
         static operand whole, re-read per row, and starts on the first row). Not: ``P x P`` tiles'
         consumers and on-chip buffers (RepeatStatic, Bufferize/Streamify)."""
-        def rows_dynamic(t):
-            return isinstance(t, Tile) and not t.rows.is_Integer
+        P = self.P
+
+        def rows_dynamic(t):    # lowered to [1, P] row tiles: a dynamic row count or not a multiple of P
+            return isinstance(t, Tile) and (not t.rows.is_Integer or int(t.rows) % P != 0)
         ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
         types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
         if node.kind in BUFFERING:
@@ -563,12 +566,16 @@ class Model:
                             and (t.rows, t.cols) == (out.rows, out.cols)}
                 return bool(streamed), streamed
             return False, set()
+        out_rows = {st.dtype.rows for st in node.out_types.values() if isinstance(st.dtype, Tile)}
+
+        def streams(t):         # row tiles the unit passes on row by row; a static [1, C] row broadcast
+            return rows_dynamic(t) and (not t.rows.is_Integer or t.rows in out_rows)   # over rows is whole
         if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a"):
             # buffers its operands, each row of the row-tiled one and the static one whole (re-read per row),
             # and starts on the first row
-            return True, {p for p, t in ins.items() if rows_dynamic(t)}
+            return True, {p for p, t in ins.items() if streams(t)}
         # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
-        return True, {p for p, t in ins.items() if (rows_dynamic(t) or node.kind in ("Accum", "Scan"))
+        return True, {p for p, t in ins.items() if (streams(t) or node.kind in ("Accum", "Scan"))
                       and p != "ref"}
 
     def output_lead(self, node):

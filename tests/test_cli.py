@@ -77,7 +77,8 @@ def test_sim_json_on_amaranth(capsys):
     assert code == 0 and rep["outputs_match"] and rep["status"] == "done"
     assert rep["offchip_bytes"] == rep["reference_offchip_bytes"] == 2 * (16 * 8 * 64 // 16 + 3 * 2 * 8 * 64 + 16 * 8)
     assert rep["cycles"] > 0 and rep["model_cycles"] > 0 and 0 < rep["bandwidth_fraction"] < 1
-    assert set(rep["utilization"]["gate_proj_tiles"]) == {"active", "stalled"}
+    assert set(rep["utilization"]["gate_proj_tiles"]) == {"active", "stalled", "finish"}
+    assert 0 < rep["utilization"]["gate_proj_tiles"]["finish"] <= rep["cycles"]
     assert rep["bound"]["binding"] in ("compute", "dram", "port") and 0 < rep["bound"]["cycles"] <= rep["cycles"]
     assert rep["bound"]["fraction"] == round(rep["bound"]["cycles"] / rep["cycles"], 4)
 

@@ -14,7 +14,7 @@ Map                     1        1 (matmul folded: ``M/g``)   the functions' log
                                                               matmul ``M·K·N`` (``g·K·N``) multipliers
 Accum (add/max)         1        1; 2 for ``S_k``, ``k > b``  one 32-bit adder/comparator per element
 Accum (retile_row)      1        1; 2 for ``S_k``, ``k > b``  row-block write enables
-Accum (keep ``q > 0``)  2        1; block end ``n + s + 2``   memory of ``P`` state tiles and ``P`` stop
+Accum (keep ``q > 0``)  2        1; emission overlapped       memory of ``P`` state tiles and ``P`` stop
                                                               levels (``positions = P``)
 Scan (add/max)          1        1                            one 32-bit adder/comparator per element
 FlatMap                 0        ``R + 1`` / ``count + 1``    StopMerger, 32-bit counter (range)
@@ -542,36 +542,45 @@ class Accum(_Reduce):
     the innermost ``q`` dimensions are positions, each with its own state in
     a memory of ``P`` state tiles (``amaranth.lib.memory``: one write port, one
     synchronous read port transparent to it, so block RAM fits; read address
-    = the next position). A position counter advances per data element and
-    restarts at a stop ``S_k``, ``k >= q`` (a chunk end). In the first chunk
-    of a reduced block each element's state is ``init ⊕ x`` (the memory is
-    not read), in later chunks ``state[p] ⊕ x``; the first chunk also records
-    the inner stop (``1 <= k < q``) that follows each position, in a second
-    memory of ``P`` stop levels. At the block end (``S_k``, ``k >= q + b``)
-    the unit streams every position's state with its recorded inner stops,
-    then ``S_(k-b)`` (the block's ``S_q`` merges into it); done passes. This
-    is the interpreter's token sequence exactly when no element of a kept
-    dimension is empty (always so for static kept dimensions): one inner stop
-    is recorded per position, so a stop before the first position or a second
+    = the next position). A position counter
+    advances per data element and restarts at a stop ``S_k``, ``k >= q`` (a
+    chunk end). In the first chunk of a reduced block each element's state is
+    ``init ⊕ x`` (the memory is not read), in later chunks ``state[p] ⊕ x``;
+    the first chunk also records the inner stop (``1 <= k < q``) that follows
+    each position, in a second memory of ``P`` stop levels. At the block end
+    (``S_k``, ``k >= q + b``) the emitter streams every position's state with
+    its recorded inner stops, then ``S_(k-b)`` (the block's ``S_q`` merges
+    into it), while the next block's first chunk comes in: that chunk only
+    writes, and each position once the emitter has read it; a later chunk
+    (which reads the memory) waits for the emission's end; done passes once
+    the emitter is idle. This is the
+    interpreter's token sequence exactly when no element of a kept dimension
+    is empty (always so for static kept dimensions): one inner stop is
+    recorded per position, so a stop before the first position or a second
     stop in a row (an empty row of a ragged kept dimension) is lost. A chunk
     with more than ``P`` positions, or later chunks with a different count,
     are program errors that the hardware does not detect (:meth:`configure`
     rejects static counts above ``P``).
     With ``keep = 0`` such a unit is a plain Accum whose state is word 0.
 
-    Keep mode: II 1 for data and stops below the block end (they produce no
-    output, so ``i.ready`` does not wait for ``o.ready``; an update reads the
-    word its position's previous update wrote at least a chunk-end stop
-    earlier; with ``keep = 0`` word 0 is updated on consecutive cycles and the
-    read port's transparency forwards the write). The input is stalled while
-    a block is emitted: a block end costs ``n + s + 2`` cycles for ``n``
-    positions and ``s`` recorded inner stops (one to take it, one per output
-    token with ``o.ready`` high). Latency 2: the block's first state is on
-    ``o`` two cycles after its block end is taken (``keep = 0``: latency 1).
-    Combinational: ``i.ready`` from ``o.ready`` (for done only) and the
-    emission state; the memories' read address from ``i.valid``, ``i``'s
-    stop/done and ``o.ready``; the update from the memory's read data; data
-    and valid on ``o`` are registered.
+    Keep mode: II 1 for every input token, block ends included (data and
+    stops below the block end produce no output, so ``i.ready`` does not wait
+    for ``o.ready``; an update reads the word its position's previous update
+    wrote at least a chunk-end stop earlier; with ``keep = 0`` word 0 is
+    updated on consecutive cycles and the read port's transparency forwards
+    the write). A block's ``n`` states and ``s`` recorded inner stops and its
+    closing stop (``n + s + 1`` tokens, one per cycle with ``o.ready`` high)
+    leave while the next block's first chunk comes in (``n + s + 1`` tokens
+    too); that chunk waits a cycle at each position whose recorded inner stop
+    the emitter still has to send, a second chunk or block end waits for the
+    emission's end, and done too. Latency 2:
+    the block's first state is on ``o`` two cycles after its block end is
+    taken (``keep = 0``: latency 1).
+    Combinational: ``i.ready`` from ``o.ready`` (for a block end while the
+    emitter sends its last token, and for done) and the emission state; the
+    memories' read addresses from ``i.valid``, ``i``'s stop/done and
+    ``o.ready``; the update from the memory's read data; data and valid on
+    ``o`` are registered.
     Resources: ``P`` state words (state tile width) and ``P`` stop levels of
     memory, one adder/comparator per state element (shared by all positions).
     """
@@ -619,7 +628,12 @@ class Accum(_Reduce):
         return m
 
     def _elaborate_keep(self):
-        """The unit with position memory (``params.positions > 0``), for any ``keep``."""
+        """The unit with position memory (``params.positions > 0``), for any ``keep``.
+
+        One memory: a block's states are streamed out while the next block's first chunk comes in. That
+        chunk only writes (its states are ``init ⊕ x``), each position after the emitter has read it, so the
+        emission needs no second bank; a later chunk reads the memory and waits for the emission's end.
+        """
         m = Module()
         self.regs.elaborate(m, self.cfg)
         p = self.params
@@ -636,25 +650,35 @@ class Accum(_Reduce):
         t_wr = tmem.write_port()
         t_rd = tmem.read_port(transparent_for=(t_wr,))
 
-        idx = Signal(range(n_pos + 1), name="position")        # accumulating: position; emitting: output index
+        # accumulating side
+        idx = Signal(range(n_pos + 1), name="position")
         idx_next = Signal.like(idx, name="position_next")
         npos = Signal(range(n_pos + 1), name="positions_used")  # positions of the block's first chunk
         first = Signal(init=1, name="first")   # keep > 0: in the block's first chunk; keep = 0: no data yet
-        emitting = Signal(name="emitting")
-        after = Signal(name="emit_inner_stop")                  # emitting the stop recorded after ``idx``
-        fstop = Signal(sb, name="block_stop")                   # the block's closing stop, lowered by b
         pend = Signal(sb, name="pending_stop")                  # keep = 0: S_(k-b) after the state
-
-        # the read port sees the next cycle's position: its data is the state at ``idx``
-        m.d.comb += [idx_next.eq(idx), s_rd.addr.eq(idx_next), t_rd.addr.eq(idx_next)]
-        m.d.sync += idx.eq(idx_next)
-        _, _, cur, nxt, _ = self._state_logic(m, stored=s_rd.data, fresh=first)
-        m.d.comb += [s_wr.addr.eq(idx), s_wr.data.eq(nxt.as_value()), t_wr.addr.eq(idx)]
+        # emitting side
+        emitting = Signal(name="emitting")
+        eidx = Signal(range(n_pos + 1), name="emit_index")
+        eidx_next = Signal.like(eidx, name="emit_index_next")
+        enpos = Signal.like(npos, name="emit_positions")
+        after = Signal(name="emit_inner_stop")                  # emitting the stop recorded after ``eidx``
+        fstop = Signal(sb, name="block_stop")                   # the emitted block's closing stop, lowered by b
 
         k, done = i.payload.stop, i.payload.done
         is_data = ~done & (k == 0)
         out_free = ~o.valid | o.ready
         room = idx < n_pos
+        last = Signal(name="emit_last")        # the emitter sends its block's closing stop this cycle
+        m.d.comb += last.eq(emitting & out_free & (eidx >= enpos))
+
+        # the read port sees the next cycle's position of the side that reads next cycle: the emitter
+        # while it goes on, else the accumulator (its read data is then the state at ``idx``)
+        m.d.comb += [idx_next.eq(idx), eidx_next.eq(eidx)]
+        m.d.sync += [idx.eq(idx_next), eidx.eq(eidx_next)]
+        rd_addr = Mux(emitting & ~last, eidx_next, idx_next)
+        m.d.comb += [s_rd.addr.eq(rd_addr), t_rd.addr.eq(rd_addr)]
+        _, _, cur, nxt, _ = self._state_logic(m, stored=s_rd.data, fresh=first)
+        m.d.comb += [s_wr.addr.eq(idx), s_wr.data.eq(nxt.as_value()), t_wr.addr.eq(idx)]
 
         def put(payload, stop_level, is_done=0):
             m.d.sync += [o.valid.eq(1), o.payload.payload.eq(payload), o.payload.stop.eq(stop_level),
@@ -662,34 +686,40 @@ class Accum(_Reduce):
 
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
-        with m.If(emitting):                      # the input waits; one output token per free cycle
-            with m.If(out_free):
-                with m.If(idx >= npos):
-                    put(0, fstop)
-                    m.d.sync += [emitting.eq(0), first.eq(1)]
-                    m.d.comb += idx_next.eq(0)
-                with m.Elif(after):
-                    put(0, t_rd.data)
-                    m.d.sync += after.eq(0)
-                    m.d.comb += idx_next.eq(idx + 1)
+        # the emitter: one output token per free cycle
+        with m.If(emitting & out_free):
+            with m.If(eidx >= enpos):
+                put(0, fstop)
+                m.d.sync += emitting.eq(0)
+                m.d.comb += eidx_next.eq(0)
+            with m.Elif(after):
+                put(0, t_rd.data)
+                m.d.sync += after.eq(0)
+                m.d.comb += eidx_next.eq(eidx + 1)
+            with m.Else():
+                put(s_rd.data, 0)
+                with m.If(t_rd.data != 0):
+                    m.d.sync += after.eq(1)
                 with m.Else():
-                    put(s_rd.data, 0)
-                    with m.If(t_rd.data != 0):
-                        m.d.sync += after.eq(1)
-                    with m.Else():
-                        m.d.comb += idx_next.eq(idx + 1)
-        with m.Elif(pend != 0):
+                    m.d.comb += eidx_next.eq(eidx + 1)
+        with m.If(pend != 0):                     # keep = 0 only: the stop after an emitted state
             with m.If(out_free):
                 put(0, pend)
                 m.d.sync += pend.eq(0)
         with m.Elif(keep != 0):
-            m.d.comb += i.ready.eq(~done | out_free)
-            with m.If(i.valid):
+            block_end = ~done & (k != 0) & (k >= keep + b)
+            # a first-chunk write of a position the emitter has read (its next read is past it) or does not
+            # read; a later chunk's read, a block end and done once the emission is over (a block end: by
+            # this cycle)
+            writable = ~emitting | (eidx >= enpos) | (eidx_next > idx) | (idx >= enpos) | ~room
+            m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free,
+                                       Mux(block_end, ~emitting | last,
+                                           Mux(is_data, Mux(first, writable, ~emitting), 1))))
+            with m.If(i.valid & i.ready):
                 with m.If(done):
-                    with m.If(out_free):
-                        put(0, 0, 1)
-                        m.d.sync += first.eq(1)
-                        m.d.comb += idx_next.eq(0)
+                    put(0, 0, 1)
+                    m.d.sync += first.eq(1)
+                    m.d.comb += idx_next.eq(0)
                 with m.Elif(is_data):
                     m.d.comb += [s_wr.en.eq(room), t_wr.data.eq(0), t_wr.en.eq(room & first)]
                     with m.If(room):
@@ -702,8 +732,9 @@ class Accum(_Reduce):
                     m.d.comb += idx_next.eq(0)
                     with m.If(first):
                         m.d.sync += npos.eq(idx)
-                    with m.If(k >= keep + b):     # the block end: emit from the next cycle
-                        m.d.sync += [emitting.eq(1), fstop.eq(k - b)]
+                    with m.If(block_end):         # the emitter (its index back at 0) streams this block
+                        m.d.sync += [emitting.eq(1), enpos.eq(Mux(first, idx, npos)), fstop.eq(k - b),
+                                     after.eq(0), first.eq(1)]
         with m.Else():                            # keep = 0: a plain Accum with its state in word 0
             drop = ~done & (k != 0) & (k < b)
             close = ~done & (k != 0) & (k >= b)
