@@ -14,8 +14,8 @@ Map                     1        1 (matmul folded: ``M/g``)   the functions' log
                                                               matmul ``M·K·N`` (``g·K·N``) multipliers
 Accum (add/max)         1        1; 2 for ``S_k``, ``k > b``  one 32-bit adder/comparator per element
 Accum (retile_row)      1        1; 2 for ``S_k``, ``k > b``  row-block write enables
-Accum (keep ``q > 0``)  2        1; emission overlapped       memory of ``P`` state tiles and ``P`` stop
-                                                              levels (``positions = P``)
+Accum (keep ``q > 0``)  2        1; emission overlapped       two banks of ``P`` state tiles and ``P``
+                                                              stop levels (``positions = P``)
 Scan (add/max)          1        1                            one 32-bit adder/comparator per element
 FlatMap                 0        ``R + 1`` / ``count + 1``    StopMerger, 32-bit counter (range)
 ======================  =======  ===========================  ==========================================
@@ -542,18 +542,17 @@ class Accum(_Reduce):
     the innermost ``q`` dimensions are positions, each with its own state in
     a memory of ``P`` state tiles (``amaranth.lib.memory``: one write port, one
     synchronous read port transparent to it, so block RAM fits; read address
-    = the next position). A position counter
+    = the next position). There are two such banks: one accumulates a block
+    while the other streams the previous block out. A position counter
     advances per data element and restarts at a stop ``S_k``, ``k >= q`` (a
     chunk end). In the first chunk of a reduced block each element's state is
     ``init ⊕ x`` (the memory is not read), in later chunks ``state[p] ⊕ x``;
     the first chunk also records the inner stop (``1 <= k < q``) that follows
-    each position, in a second memory of ``P`` stop levels. At the block end
-    (``S_k``, ``k >= q + b``) the emitter streams every position's state with
-    its recorded inner stops, then ``S_(k-b)`` (the block's ``S_q`` merges
-    into it), while the next block's first chunk comes in: that chunk only
-    writes, and each position once the emitter has read it; a later chunk
-    (which reads the memory) waits for the emission's end; done passes once
-    the emitter is idle. This is the
+    each position, in a memory of ``P`` stop levels per bank. At the block end
+    (``S_k``, ``k >= q + b``) the bank goes to the emitter, which streams every
+    position's state with its recorded inner stops, then ``S_(k-b)`` (the
+    block's ``S_q`` merges into it), and the next block accumulates in the
+    other bank; done passes once the emitter is idle. This is the
     interpreter's token sequence exactly when no element of a kept dimension
     is empty (always so for static kept dimensions): one inner stop is
     recorded per position, so a stop before the first position or a second
@@ -561,7 +560,8 @@ class Accum(_Reduce):
     with more than ``P`` positions, or later chunks with a different count,
     are program errors that the hardware does not detect (:meth:`configure`
     rejects static counts above ``P``).
-    With ``keep = 0`` such a unit is a plain Accum whose state is word 0.
+    With ``keep = 0`` such a unit is a plain Accum whose state is word 0 of
+    the first bank.
 
     Keep mode: II 1 for every input token, block ends included (data and
     stops below the block end produce no output, so ``i.ready`` does not wait
@@ -570,10 +570,8 @@ class Accum(_Reduce):
     updated on consecutive cycles and the read port's transparency forwards
     the write). A block's ``n`` states and ``s`` recorded inner stops and its
     closing stop (``n + s + 1`` tokens, one per cycle with ``o.ready`` high)
-    leave while the next block's first chunk comes in (``n + s + 1`` tokens
-    too); that chunk waits a cycle at each position whose recorded inner stop
-    the emitter still has to send, a second chunk or block end waits for the
-    emission's end, and done too. Latency 2:
+    leave while the next block comes in; the next block end waits only if
+    that emission is not over by its cycle, and done waits for it. Latency 2:
     the block's first state is on ``o`` two cycles after its block end is
     taken (``keep = 0``: latency 1).
     Combinational: ``i.ready`` from ``o.ready`` (for a block end while the
@@ -581,8 +579,9 @@ class Accum(_Reduce):
     memories' read addresses from ``i.valid``, ``i``'s stop/done and
     ``o.ready``; the update from the memory's read data; data and valid on
     ``o`` are registered.
-    Resources: ``P`` state words (state tile width) and ``P`` stop levels of
-    memory, one adder/comparator per state element (shared by all positions).
+    Resources: two banks of ``P`` state words (state tile width) and ``P`` stop
+    levels of memory, one adder/comparator per state element (shared by all
+    positions).
     """
 
     kind = "Accum"
@@ -630,9 +629,8 @@ class Accum(_Reduce):
     def _elaborate_keep(self):
         """The unit with position memory (``params.positions > 0``), for any ``keep``.
 
-        One memory: a block's states are streamed out while the next block's first chunk comes in. That
-        chunk only writes (its states are ``init ⊕ x``), each position after the emitter has read it, so the
-        emission needs no second bank; a later chunk reads the memory and waits for the emission's end.
+        Two banks of state (and recorded inner stop) memory: one accumulates a block while the other
+        streams the previous block's states out, so a block end costs one input cycle, not the emission.
         """
         m = Module()
         self.regs.elaborate(m, self.cfg)
@@ -643,12 +641,16 @@ class Accum(_Reduce):
         sb = self.fmt("o").stop_bits
         width = len(o.payload.payload.as_value())
 
-        m.submodules.states = smem = memory.Memory(shape=unsigned(width), depth=n_pos, init=[])
-        m.submodules.inner_stops = tmem = memory.Memory(shape=unsigned(sb), depth=n_pos, init=[])
-        s_wr = smem.write_port()
-        s_rd = smem.read_port(transparent_for=(s_wr,))
-        t_wr = tmem.write_port()
-        t_rd = tmem.read_port(transparent_for=(t_wr,))
+        acc = Signal(name="acc_bank")          # the bank being accumulated; the other one is emitted
+        s_wr, s_rd, t_wr, t_rd = [], [], [], []
+        for k in range(2):
+            smem = memory.Memory(shape=unsigned(width), depth=n_pos, init=[])
+            tmem = memory.Memory(shape=unsigned(sb), depth=n_pos, init=[])
+            m.submodules[f"states{k}"], m.submodules[f"inner_stops{k}"] = smem, tmem
+            s_wr.append(smem.write_port())
+            s_rd.append(smem.read_port(transparent_for=(s_wr[k],)))
+            t_wr.append(tmem.write_port())
+            t_rd.append(tmem.read_port(transparent_for=(t_wr[k],)))
 
         # accumulating side
         idx = Signal(range(n_pos + 1), name="position")
@@ -664,21 +666,29 @@ class Accum(_Reduce):
         after = Signal(name="emit_inner_stop")                  # emitting the stop recorded after ``eidx``
         fstop = Signal(sb, name="block_stop")                   # the emitted block's closing stop, lowered by b
 
+        # each bank's read port sees its side's next position: its data is the state at ``idx``/``eidx``
+        m.d.comb += [idx_next.eq(idx), eidx_next.eq(eidx)]
+        m.d.sync += [idx.eq(idx_next), eidx.eq(eidx_next)]
+        e_data, e_stop = Signal(width), Signal(sb)
+        stored, wdata, wstop, wen, tw_en, tw_addr = (Signal(width), Signal(width), Signal(sb), Signal(),
+                                                     Signal(), Signal.like(idx))
+        m.d.comb += tw_addr.eq(idx)
+        for k in range(2):
+            mine = acc == k
+            m.d.comb += [s_rd[k].addr.eq(Mux(mine, idx_next, eidx_next)),
+                         t_rd[k].addr.eq(Mux(mine, idx_next, eidx_next)),
+                         s_wr[k].addr.eq(idx), s_wr[k].data.eq(wdata), s_wr[k].en.eq(wen & mine),
+                         t_wr[k].addr.eq(tw_addr), t_wr[k].data.eq(wstop), t_wr[k].en.eq(tw_en & mine)]
+        m.d.comb += [stored.eq(Mux(acc, s_rd[1].data, s_rd[0].data)),
+                     e_data.eq(Mux(acc, s_rd[0].data, s_rd[1].data)),
+                     e_stop.eq(Mux(acc, t_rd[0].data, t_rd[1].data))]
+        _, _, cur, nxt, _ = self._state_logic(m, stored=stored, fresh=first)
+        m.d.comb += wdata.eq(nxt.as_value())
+
         k, done = i.payload.stop, i.payload.done
         is_data = ~done & (k == 0)
         out_free = ~o.valid | o.ready
         room = idx < n_pos
-        last = Signal(name="emit_last")        # the emitter sends its block's closing stop this cycle
-        m.d.comb += last.eq(emitting & out_free & (eidx >= enpos))
-
-        # the read port sees the next cycle's position of the side that reads next cycle: the emitter
-        # while it goes on, else the accumulator (its read data is then the state at ``idx``)
-        m.d.comb += [idx_next.eq(idx), eidx_next.eq(eidx)]
-        m.d.sync += [idx.eq(idx_next), eidx.eq(eidx_next)]
-        rd_addr = Mux(emitting & ~last, eidx_next, idx_next)
-        m.d.comb += [s_rd.addr.eq(rd_addr), t_rd.addr.eq(rd_addr)]
-        _, _, cur, nxt, _ = self._state_logic(m, stored=s_rd.data, fresh=first)
-        m.d.comb += [s_wr.addr.eq(idx), s_wr.data.eq(nxt.as_value()), t_wr.addr.eq(idx)]
 
         def put(payload, stop_level, is_done=0):
             m.d.sync += [o.valid.eq(1), o.payload.payload.eq(payload), o.payload.stop.eq(stop_level),
@@ -686,19 +696,21 @@ class Accum(_Reduce):
 
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
-        # the emitter: one output token per free cycle
+        # the emitter: one output token per free cycle, from the bank not being accumulated
+        last = Signal(name="emit_last")        # the emitter sends its block's closing stop this cycle
+        m.d.comb += last.eq(emitting & out_free & (eidx >= enpos))
         with m.If(emitting & out_free):
             with m.If(eidx >= enpos):
                 put(0, fstop)
                 m.d.sync += emitting.eq(0)
                 m.d.comb += eidx_next.eq(0)
             with m.Elif(after):
-                put(0, t_rd.data)
+                put(0, e_stop)
                 m.d.sync += after.eq(0)
                 m.d.comb += eidx_next.eq(eidx + 1)
             with m.Else():
-                put(s_rd.data, 0)
-                with m.If(t_rd.data != 0):
+                put(e_data, 0)
+                with m.If(e_stop != 0):
                     m.d.sync += after.eq(1)
                 with m.Else():
                     m.d.comb += eidx_next.eq(eidx + 1)
@@ -708,39 +720,35 @@ class Accum(_Reduce):
                 m.d.sync += pend.eq(0)
         with m.Elif(keep != 0):
             block_end = ~done & (k != 0) & (k >= keep + b)
-            # a first-chunk write of a position the emitter has read (its next read is past it) or does not
-            # read; a later chunk's read, a block end and done once the emission is over (a block end: by
-            # this cycle)
-            writable = ~emitting | (eidx >= enpos) | (eidx_next > idx) | (idx >= enpos) | ~room
-            m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free,
-                                       Mux(block_end, ~emitting | last,
-                                           Mux(is_data, Mux(first, writable, ~emitting), 1))))
+            # done needs the output; a block end needs the other bank free (its emission over by this cycle)
+            m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free, ~block_end | ~emitting | last))
             with m.If(i.valid & i.ready):
                 with m.If(done):
                     put(0, 0, 1)
                     m.d.sync += first.eq(1)
                     m.d.comb += idx_next.eq(0)
                 with m.Elif(is_data):
-                    m.d.comb += [s_wr.en.eq(room), t_wr.data.eq(0), t_wr.en.eq(room & first)]
+                    m.d.comb += [wen.eq(room), wstop.eq(0), tw_en.eq(room & first)]
                     with m.If(room):
                         m.d.comb += idx_next.eq(idx + 1)
                 with m.Elif(k < keep):            # an inner stop: recorded after the last position
                     with m.If(first & (idx != 0)):
-                        m.d.comb += [t_wr.addr.eq(idx - 1), t_wr.data.eq(k), t_wr.en.eq(1)]
+                        m.d.comb += [tw_addr.eq(idx - 1), wstop.eq(k), tw_en.eq(1)]
                 with m.Else():                    # a chunk end
                     m.d.sync += first.eq(0)
                     m.d.comb += idx_next.eq(0)
                     with m.If(first):
                         m.d.sync += npos.eq(idx)
-                    with m.If(block_end):         # the emitter (its index back at 0) streams this block
+                    with m.If(block_end):         # hand the bank to the emitter, accumulate in the other
                         m.d.sync += [emitting.eq(1), enpos.eq(Mux(first, idx, npos)), fstop.eq(k - b),
-                                     after.eq(0), first.eq(1)]
+                                     after.eq(0), acc.eq(~acc), first.eq(1)]
+                        m.d.comb += eidx_next.eq(0)
         with m.Else():                            # keep = 0: a plain Accum with its state in word 0
             drop = ~done & (k != 0) & (k < b)
             close = ~done & (k != 0) & (k >= b)
             m.d.comb += [i.ready.eq(is_data | drop | out_free), idx_next.eq(0)]
             with m.If(i.valid & is_data):
-                m.d.comb += s_wr.en.eq(1)
+                m.d.comb += wen.eq(1)
                 m.d.sync += first.eq(0)
             with m.If(i.valid & out_free & (close | done)):
                 put(Mux(done, 0, cur.as_value()), 0, done)
