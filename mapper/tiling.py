@@ -109,6 +109,12 @@ def _cut(d, P: int):
     return 1, (int(d) if d.is_Integer else d)
 
 
+def row_tiled(d, P: int) -> bool:
+    """Whether a tile dimension of size ``d`` is cut into 1-blocks (not a static multiple of ``P``): rows so
+    cut become ``[1, P]`` row tiles, which the units pass on one by one."""
+    return _cut(d, P)[0] != P
+
+
 @functools.lru_cache(maxsize=4096)
 def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
     """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: ``P``-blocks

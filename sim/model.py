@@ -84,7 +84,7 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import ELEMENTWISE, physical_tiles, stream_tokens
+from step_hdl.mapper.tiling import ELEMENTWISE, physical_tiles, row_tiled, stream_tokens
 
 from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -543,20 +543,22 @@ class Model:
         which inputs it streams (row-tiled ones, and an Accum's); the others it needs whole before it
         starts.
 
-        Cut-through: any of its streams carries tiles with a dynamic row count or a static one that is
-        not a multiple of ``P``, which the RTL moves as ``[1, P]`` row tiles through row-granular units (element-wise maps, broadcasts, routing, column
-        reductions, the outer-product matmul, and a matmul of row tiles, which buffers each row and its
-        static operand whole, re-read per row, and starts on the first row). Not: ``P x P`` tiles'
-        consumers and on-chip buffers (RepeatStatic, Bufferize/Streamify)."""
+        Cut-through: any of its streams carries tiles whose rows the lowering cuts into ``[1, P]`` row
+        tiles (a dynamic row count, or a static one that is not a multiple of ``P``:
+        :func:`~step_hdl.mapper.tiling.row_tiled`), which the RTL moves through row-granular units
+        (element-wise maps, broadcasts, routing, column reductions, the outer-product matmul, and a
+        matmul of row tiles, which buffers each row and its static operand whole, re-read per row, and
+        starts on the first row). Not: ``P x P`` tiles' consumers and on-chip buffers (RepeatStatic,
+        Bufferize/Streamify)."""
         P = self.P
 
-        def rows_dynamic(t):    # lowered to [1, P] row tiles: a dynamic row count or not a multiple of P
-            return isinstance(t, Tile) and (not t.rows.is_Integer or int(t.rows) % P != 0)
+        def rows_cut(t):
+            return isinstance(t, Tile) and row_tiled(t.rows, P)
         ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
         types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
         if node.kind in BUFFERING:
             return False, set()
-        if not any(map(rows_dynamic, types)):
+        if not any(map(rows_cut, types)):
             # static tiles: an element-wise map or a broadcast passes the P x P pieces of a logical tile on
             # one by one too (the lowered stream is [..., R/P, C/P] of pieces); an operand of another shape
             # than the output (a [1, 1] or [R, 1] one, repeated by the lowering) it needs whole
@@ -569,7 +571,7 @@ class Model:
         out_rows = {st.dtype.rows for st in node.out_types.values() if isinstance(st.dtype, Tile)}
 
         def streams(t):         # row tiles the unit passes on row by row; a static [1, C] row broadcast
-            return rows_dynamic(t) and (not t.rows.is_Integer or t.rows in out_rows)   # over rows is whole
+            return rows_cut(t) and (not t.rows.is_Integer or t.rows in out_rows)   # over rows is whole
         if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a"):
             # buffers its operands, each row of the row-tiled one and the static one whole (re-read per row),
             # and starts on the first row

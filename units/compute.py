@@ -739,10 +739,9 @@ class Accum(_Reduce):
                     m.d.comb += idx_next.eq(0)
                     with m.If(first):
                         m.d.sync += npos.eq(idx)
-                    with m.If(block_end):         # hand the bank to the emitter, accumulate in the other
+                    with m.If(block_end):         # hand the bank to the emitter (its index is back at 0)
                         m.d.sync += [emitting.eq(1), enpos.eq(Mux(first, idx, npos)), fstop.eq(k - b),
                                      after.eq(0), acc.eq(~acc), first.eq(1)]
-                        m.d.comb += eidx_next.eq(0)
         with m.Else():                            # keep = 0: a plain Accum with its state in word 0
             drop = ~done & (k != 0) & (k < b)
             close = ~done & (k != 0) & (k >= b)
