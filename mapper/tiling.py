@@ -29,7 +29,13 @@ their ranks shifted by the two block dimensions:
 
 * packing rows into a tile (Accum ``retile_row``) and unpacking it
   (FlatMap ``retile_streamify``) only regroup the row blocks (Flatten,
-  Reshape with chunk 1);
+  Reshape with chunk 1) when the tile's rows are row tiles; into a tile whose
+  row count is a static multiple of ``P`` (static token tiles of 4, 8, ...
+  rows), every ``P`` rows' ``[P, C/P]`` block of row tiles is buffered and
+  re-read column block by column block (Bufferize + Streamify ``[C/P, P]``)
+  and an Accum ``retile_row`` packs each column block's ``P`` rows into one
+  ``P x P`` tile; unpacking is a FlatMap ``retile_streamify`` of each tile
+  into its ``P`` rows and the same buffer read back in row order;
 * a padded Reshape (static token tiles) pads single physical tiles: the
   elements' blocks are flattened, padded in whole elements, and split again;
   its padding flags are summed per element (0: real);
@@ -394,12 +400,17 @@ class _Lowering:
             return
         if f.name != "retile_streamify":
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
-        pr = self.phys(node.t("in").dtype, where)[0]
+        pr, _, _, cb = self.phys(node.t("in").dtype, where)
+        rows = self.ref(node.inputs["in"])
         if pr != 1:
-            raise TilingError(f"{where}: retile_streamify of tiles with {self.P}-row physical tiles is not "
-                              f"supported yet (only row tiles: a dynamic or non-multiple row count)")
+            # [..., R/P, cb] of [P, P] -> [..., R/P, cb, P] of [1, P] rows, each block's [cb, P] re-read in
+            # row order [P, cb], the block rows joined: [..., R, cb]
+            rows = self.g.flat_map(rows, f, name=f"{node.name}_tiles")
+            rows = self.g.streamify(self.g.bufferize(rows, 2, name=f"{node.name}_buf"), read_shape=[self.P, cb],
+                                    read_stride=[1, self.P], name=f"{node.name}_rows")
+            rows = self.g.flatten(rows, 1, 2, name=f"{node.name}_join")
         # [..., R, C/P] of [1, P] -> [..., R, 1, C/P]: each row its own block
-        self.out(node, "out", self.g.reshape(self.ref(node.inputs["in"]), 1, 1, name=node.name))
+        self.out(node, "out", self.g.reshape(rows, 1, 1, name=node.name))
 
     # ---------------------------------------------------------------- compute
     def _Map(self, node):
@@ -587,11 +598,15 @@ class _Lowering:
         where = f"Accum '{node.name}'"
         if upd.name == "retile_row" and node.p("rank") == 1 and not node.p("keep"):
             # [..., n, rb, cb] of row tiles -> [..., n·rb, cb]: the rows already are the packed tile's blocks
-            self.phys(node.t("in").dtype, where)
-            if self.phys(node._state, where)[0] != 1:
-                raise TilingError(f"{where}: retile_row into a tile with {self.P}-row physical tiles is not "
-                                  f"supported yet (only a dynamic or non-multiple row count)")
-            self.out(node, "out", self.g.flatten(self.ref(node.inputs["in"]), 1, 2, name=node.name))
+            if self.phys(node.t("in").dtype, where)[0] != 1:
+                raise TilingError(f"{where}: retile_row of {node.t('in').dtype} elements: only rows (tiles "
+                                  f"of row tiles) can be packed by hierarchical tiling yet")
+            rows = self.g.flatten(self.ref(node.inputs["in"]), 1, 2,
+                                  name=node.name if self.phys(node._state, where)[0] == 1 else f"{node.name}_rows")
+            if self.phys(node._state, where)[0] == 1:
+                self.out(node, "out", rows)
+                return
+            self.out(node, "out", self._pack_rows(node, rows, upd))
             return
         if node.p("keep") or upd.name not in ("add", "max") or init.name not in ("zeros", "lowest"):
             raise TilingError(f"{where}: only add/max accumulations from zeros/lowest and retile_row are "
@@ -603,6 +618,19 @@ class _Lowering:
         new_init = fn(init.name, rows=pr, cols=pc, dtype=init.param("dtype"))
         self.out(node, "out", self.g.accum(self.ref(node.inputs["in"]), upd, new_init, rank=node.p("rank"),
                                            keep=2, name=node.name))
+
+
+    def _pack_rows(self, node, rows, upd):
+        """``[..., R, cb]`` of ``[1, P]`` rows (``R`` a static multiple of ``P``) -> ``[..., R/P, cb]`` of
+        ``P x P`` tiles: every ``P`` rows' ``[P, cb]`` block is buffered and re-read column block by column
+        block (``[cb, P]``), and each column block's ``P`` rows packed into one tile."""
+        where = f"Accum '{node.name}'"
+        _, _, rb, cb = self.phys(node._state, where)
+        blocks = self.g.reshape(rows, 1, self.P, name=f"{node.name}_blocks")
+        cols = self.g.streamify(self.g.bufferize(blocks, 2, name=f"{node.name}_buf"), read_shape=[cb, self.P],
+                                read_stride=[1, cb], name=f"{node.name}_cols")
+        t = node._state.dtype
+        return self.g.accum(cols, upd, fn("zeros", rows=0, cols=self.P, dtype=t.name), rank=1, name=node.name)
 
 
 def tile_physical(graph: Graph, P: int, name: str | None = None) -> Graph:

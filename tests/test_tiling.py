@@ -96,27 +96,52 @@ def test_moe_dynamic_tiling_lowers_to_row_tiles(routing):
     assert shapes == {(1, 4)}
 
 
+def _moe_static_lowered(routing, tile):
+    """The reduced MoE layer with static token tiles of ``tile`` rows, lowered to 4x4 and run: same result
+    and bytes as the logical graph; the lowered run and expert 0's routed rows."""
+    from step_hdl.workloads.moe import moe
+    w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="static",
+            tile=tile)
+    res = run(tile_physical(w.graph, 4), w.tensors, w.streams)
+    assert w.mismatches(res) == {}
+    assert res.offchip_bytes == w.run().offchip_bytes
+    return res, int(w.subs["route_n0"])
+
+
 @pytest.mark.parametrize("tile", [3, 6])
 def test_moe_static_tiling_lowers_padded_row_tiles(routing, tile):
     """Static token tiles of a row count that is not a multiple of P: padded in whole rows (the padding
     flags one per row), packed as row tiles, the padding dropped after the FFN; same result, same bytes."""
-    from step_hdl.workloads.moe import moe
-    w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="static",
-            tile=tile)
-    lowered = tile_physical(w.graph, 4)
-    res = run(lowered, w.tensors, w.streams)
-    assert w.mismatches(res) == {}
-    assert res.offchip_bytes == w.run().offchip_bytes
+    res, n0 = _moe_static_lowered(routing, tile)
     flags = [int(t.payload[0, 0]) for t in res.edges["e0_chunk_flags.out"] if t.is_data]
-    n0 = int(w.subs["route_n0"])
     assert flags == [0] * n0 + [4] * (-n0 % tile)      # a padded row's 4 physical tiles are all padding
 
 
-def test_static_tiles_of_p_rows_are_reported():
-    from step_hdl.workloads.moe import moe
-    w = moe(np.array([[0], [1]]), 2, hidden=8, inter=8, tile_inter=8, dtype="int16", tiling="static", tile=4)
-    with pytest.raises(TilingError, match="Accum 'e0_pack': retile_row into a tile with 4-row physical tiles"):
-        tile_physical(w.graph, 4)
+@pytest.mark.parametrize("tile", [4, 8, 16])
+def test_moe_static_tiles_of_p_rows_lower_to_full_tiles(routing, tile):
+    """Static token tiles of a multiple of P rows are packed into full P x P tiles (each block of P rows
+    buffered and re-read column block by column block) and unpacked the same way back; the matmuls run on
+    P x P tiles; same result, same bytes."""
+    res, n0 = _moe_static_lowered(routing, tile)
+    rows = -(-n0 // tile) * tile                                       # expert 0's rows, padding included
+    shapes = {e: [t.payload.shape for t in res.edges[f"e0_{e}.out"] if t.is_data]
+              for e in ("pack", "gate_proj_tiles", "unpack")}
+    assert shapes["pack"] == [(4, 4)] * (rows // 4 * 4)               # a row block: 16 columns = 4 tiles
+    assert set(shapes["gate_proj_tiles"]) == {(4, 4)}
+    assert shapes["unpack"] == [(1, 4)] * (rows * 4)
+
+
+def test_packing_tiles_of_tiles_is_reported():
+    g = Graph("pack_tiles")
+    g.tensor("x", 16, 8, "int16")
+    g.tensor("y", 16, 8, "int16")
+    t = g.load("x", tile=(4, 8), out_shape=[4], stride=[1], name="load")
+    packed = g.accum(g.reshape(t, 0, 2, name="pairs"), "retile_row", fn("zeros", rows=0, cols=8, dtype="int16"),
+                     1, name="pack")
+    g.store(g.flatten(g.flat_map(packed, "retile_streamify", name="unpack"), 0, 1, name="rows"), "y", tile=(1, 8),
+            name="store")
+    with pytest.raises(TilingError, match=r"Accum 'pack': retile_row of int16\[4,8\] elements: only rows"):
+        tile_physical(g, 4)
 
 
 def test_physical_tiles_follow_the_tiling_rule():
