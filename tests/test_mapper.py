@@ -62,3 +62,22 @@ def test_a_pass_that_changes_the_result_is_caught(small, monkeypatch):
     monkeypatch.setattr(lowering, "PASSES", [Pass("broken", broken)])
     with pytest.raises(PassCheckError, match="pass 'broken' changed tensor 'y'"):
         lower(small.graph, 4, small.tensors)
+
+
+def test_the_inputs_of_a_reassemble_get_the_deep_fifo():
+    """An in-order Reassemble's data inputs are built with ``max_fifo_depth`` in the RTL and in the model
+    alike (``mapper.fifo.join_inputs``); its selector and ordinary edges keep the fabric's depth."""
+    import numpy as np
+    from step_hdl.flow import prepare
+    from step_hdl.mapper.fifo import capped_depths, join_inputs
+    from step_hdl.workloads.moe import moe
+    routing = np.array([[0], [1], [1], [0], [1], [1], [0], [1]])
+    w = moe(routing, 2, hidden=8, inter=8, tile_inter=8, dtype="int16", tiling="static", tile=4)
+    assert join_inputs(w.graph) == {"e0_unpad.out0", "e1_unpad.out0"}
+    logical = capped_depths(w.graph, 2, 64)
+    assert logical["e0_unpad.out0"] == logical["e1_unpad.out0"] == 64 and logical["e0_keep.out"] == 2
+    prep = prepare(w, 4)
+    built = {e.label: e.depth for e in prep.design.edges}
+    fab = prep.design.fabric
+    assert built["e0_unpad.out0"] == built["e1_unpad.out0"] == fab.max_fifo_depth > fab.fifo_depth
+    assert built["e0_unpack.out"] == fab.fifo_depth
