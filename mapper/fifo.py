@@ -13,7 +13,7 @@ per element plus done), a safe bound; where that size is dynamic the edge gets
 :func:`edge_depth` is the depth an edge is built with: the safe bound is
 structural only up to the fabric's ``max_fifo_depth``; :func:`join_inputs` (the
 inputs of an in-order Reassemble) get that deep FIFO too, for throughput.
-:func:`capped_depths` gives both. The plan (``mapper.plan``)
+:func:`capped_depths` gives it for every edge. The plan (``mapper.plan``)
 and the approximate model (``sim.model``) both take their FIFO depths from it.
 """
 
@@ -60,15 +60,16 @@ def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) ->
     return depths
 
 
-def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int) -> int:
-    """The depth an edge's FIFO is built with, from its safe depth (:func:`fifo_depths`).
+def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = False) -> int:
+    """The depth an edge's FIFO is built with, from its safe depth (:func:`fifo_depths`) and whether it is
+    one of :func:`join_inputs`.
 
-    An ordinary edge gets the fabric's ``fifo_depth``; a reconvergent fan-out (safe depth above it) gets
-    the fabric's deep FIFO, ``max_fifo_depth``, whatever its safe depth: one depth for every program, so a
-    sweep shares the build. Its safe depth may be more, which the mapping report notes and the watchdog
-    catches if the paths really are unbalanced.
+    An ordinary edge gets the fabric's ``fifo_depth``; a reconvergent fan-out (safe depth above it) or a
+    join input gets the fabric's deep FIFO, ``max_fifo_depth``, whatever its safe depth: one depth for
+    every program, so a sweep shares the build. Its safe depth may be more, which the mapping report notes
+    and the watchdog catches if the paths really are unbalanced.
     """
-    return max_fifo_depth if safe > fifo_depth else fifo_depth
+    return max_fifo_depth if join or safe > fifo_depth else fifo_depth
 
 
 def join_inputs(graph: Graph) -> set[str]:
@@ -85,8 +86,7 @@ def join_inputs(graph: Graph) -> set[str]:
 
 
 def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
-    """The depth every edge of ``graph`` is built with (keyed ``producer.port``): :func:`edge_depth`, and
-    ``max_fifo_depth`` on :func:`join_inputs`."""
+    """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
     joins = join_inputs(graph)
-    return {label: max_fifo_depth if label in joins else edge_depth(safe, fifo_depth, max_fifo_depth)
+    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins)
             for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}

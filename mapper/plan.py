@@ -18,7 +18,7 @@ from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
 from .design import OFFCHIP, Design, EdgeSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, pack_config, \
     tile_bytes
 from .fabric import Fabric, FabricError, static_size
-from .fifo import UNBOUNDED, capped_depths, fifo_depths
+from .fifo import UNBOUNDED, edge_depth, fifo_depths, join_inputs
 
 #: node kinds that are not units of their own: the buffer read (inside the Bufferize's OnChipBuffer), the
 #: top level's sink ports and the wires that close cycles
@@ -68,7 +68,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         for n in u.nodes:
             node_unit[n] = u
     depths = fifo_depths(graph, fabric.fifo_depth, bindings)
-    built = capped_depths(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings)
+    joins = join_inputs(graph)
     edges, sinks, notes = [], [], []
     made = {u.name: make_unit(u) for u in units}
     for ref, consumer, port in graph.edges():
@@ -89,7 +89,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
                               f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
                               f"({dfmt.payload}, max_rank {dfmt.max_rank})")
-        d = built[ref.label]
+        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth, ref.label in joins)
         if depths[ref.label] > d:
             notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
                          f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "

@@ -231,6 +231,12 @@ class _Lowering:
                               f"physical tile ({self.P}x{self.P} or smaller) is supported here yet")
         return pr, pc
 
+    def transposed(self, stream, rows, cols, name, what):
+        """Every ``[rows, cols]`` block (rank 2) of ``stream``, buffered and read back column by column
+        (``[cols, rows]``): how packing and unpacking rows reorder a block of ``P`` rows."""
+        return self.g.streamify(self.g.bufferize(stream, 2, name=f"{name}_buf"), read_shape=[cols, rows],
+                                read_stride=[1, cols], name=f"{name}_{what}")
+
     def per_tile(self, stream, name, rank=2):
         """One token per logical tile of a lowered stream (an Accum over its two block dims), or per
         element of its inner ``rank`` dims."""
@@ -406,9 +412,8 @@ class _Lowering:
             # [..., R/P, cb] of [P, P] -> [..., R/P, cb, P] of [1, P] rows, each block's [cb, P] re-read in
             # row order [P, cb], the block rows joined: [..., R, cb]
             rows = self.g.flat_map(rows, f, name=f"{node.name}_tiles")
-            rows = self.g.streamify(self.g.bufferize(rows, 2, name=f"{node.name}_buf"), read_shape=[self.P, cb],
-                                    read_stride=[1, self.P], name=f"{node.name}_rows")
-            rows = self.g.flatten(rows, 1, 2, name=f"{node.name}_join")
+            rows = self.g.flatten(self.transposed(rows, cb, self.P, node.name, "rows"), 1, 2,
+                                  name=f"{node.name}_join")
         # [..., R, C/P] of [1, P] -> [..., R, 1, C/P]: each row its own block
         self.out(node, "out", self.g.reshape(rows, 1, 1, name=node.name))
 
@@ -601,12 +606,16 @@ class _Lowering:
             if self.phys(node.t("in").dtype, where)[0] != 1:
                 raise TilingError(f"{where}: retile_row of {node.t('in').dtype} elements: only rows (tiles "
                                   f"of row tiles) can be packed by hierarchical tiling yet")
+            pr, _, _, cb = self.phys(node._state, where)
             rows = self.g.flatten(self.ref(node.inputs["in"]), 1, 2,
-                                  name=node.name if self.phys(node._state, where)[0] == 1 else f"{node.name}_rows")
-            if self.phys(node._state, where)[0] == 1:
-                self.out(node, "out", rows)
-                return
-            self.out(node, "out", self._pack_rows(node, rows, upd))
+                                  name=node.name if pr == 1 else f"{node.name}_rows")
+            if pr != 1:
+                # [..., R, cb] of rows -> [..., R/P, cb] of P x P tiles: each column block's P rows packed
+                blocks = self.g.reshape(rows, 1, self.P, name=f"{node.name}_blocks")
+                rows = self.g.accum(self.transposed(blocks, self.P, cb, node.name, "cols"), upd,
+                                    fn("zeros", rows=0, cols=self.P, dtype=node._state.dtype.name), rank=1,
+                                    name=node.name)
+            self.out(node, "out", rows)
             return
         if node.p("keep") or upd.name not in ("add", "max") or init.name not in ("zeros", "lowest"):
             raise TilingError(f"{where}: only add/max accumulations from zeros/lowest and retile_row are "
@@ -618,19 +627,6 @@ class _Lowering:
         new_init = fn(init.name, rows=pr, cols=pc, dtype=init.param("dtype"))
         self.out(node, "out", self.g.accum(self.ref(node.inputs["in"]), upd, new_init, rank=node.p("rank"),
                                            keep=2, name=node.name))
-
-
-    def _pack_rows(self, node, rows, upd):
-        """``[..., R, cb]`` of ``[1, P]`` rows (``R`` a static multiple of ``P``) -> ``[..., R/P, cb]`` of
-        ``P x P`` tiles: every ``P`` rows' ``[P, cb]`` block is buffered and re-read column block by column
-        block (``[cb, P]``), and each column block's ``P`` rows packed into one tile."""
-        where = f"Accum '{node.name}'"
-        _, _, rb, cb = self.phys(node._state, where)
-        blocks = self.g.reshape(rows, 1, self.P, name=f"{node.name}_blocks")
-        cols = self.g.streamify(self.g.bufferize(blocks, 2, name=f"{node.name}_buf"), read_shape=[cb, self.P],
-                                read_stride=[1, cb], name=f"{node.name}_cols")
-        t = node._state.dtype
-        return self.g.accum(cols, upd, fn("zeros", rows=0, cols=self.P, dtype=t.name), rank=1, name=node.name)
 
 
 def tile_physical(graph: Graph, P: int, name: str | None = None) -> Graph:
