@@ -43,7 +43,7 @@ from step_hdl.types import StreamType, Tile, as_dim, dims_equal, dtype as make_d
 from .base import StepUnit
 from .config import Reg
 from .functions import HW_FUNCTIONS, TileVal, UPDATES, as_fn, hw_fn, update_elems
-from .layout import TileFormat, TokenFormat
+from .layout import TileFormat, TokenFormat, has_short, tile_elems, token_short
 from .merger import StopMerger
 from .params import ParamError, StreamParams
 
@@ -270,8 +270,8 @@ class Map(StepUnit):
         with m.Switch(phase):
             for g in range(passes - 1):
                 with m.Case(g):
-                    m.d.sync += [partial[g * width + j].eq(v) for j, v in enumerate(group)]
-        return [partial[j] for j in range((passes - 1) * width)] + group
+                    m.d.sync += [tile_elems(partial)[g * width + j].eq(v) for j, v in enumerate(group)]
+        return [tile_elems(partial)[j] for j in range((passes - 1) * width)] + group
 
     def elaborate(self, platform):
         m = Module()
@@ -296,8 +296,12 @@ class Map(StepUnit):
                         elems = self._folded_matmul(m, a, b, out_tile, regs, phase)
                     else:
                         elems = hf.build(m, a, b if hf.arity == 2 else None, out_tile, regs)
-                    m.d.comb += [res[j].eq(v) for j, v in enumerate(elems)]
+                    m.d.comb += [tile_elems(res)[j].eq(v) for j, v in enumerate(elems)]
                     m.d.comb += use1.eq(hf.arity == 2)
+        if has_short(res):
+            # the result has i0's rows (a transpose_a matmul's rows are i0's columns: all valid)
+            rows_of_i0 = ~regs["transpose_a"] if "transpose_a" in regs else Const(1)
+            m.d.comb += res.short.eq(Mux(rows_of_i0, token_short(i0.payload.payload), 0))
 
         out_free = ~o.valid | o.ready
         other = (i1.valid | ~use1) if i1 is not None else Const(1)
@@ -494,8 +498,8 @@ class _Reduce(StepUnit):
             state = lay(stored)
         n_el = int(st_tile.rows) * int(st_tile.cols)
         low = st_tile.dtype.min
-        init_tile = Signal(lay, name="init_tile")
-        m.d.comb += [init_tile[k].eq(Mux(regs["lowest"], low, 0)) for k in range(n_el)]
+        init_tile = Signal(lay, name="init_tile")           # (a full tile: its short is 0)
+        m.d.comb += [tile_elems(init_tile)[k].eq(Mux(regs["lowest"], low, 0)) for k in range(n_el)]
         cur = Signal(lay, name="current")
         m.d.comb += cur.eq(Mux(fresh, init_tile.as_value(), state.as_value()))
         nxt = Signal(lay, name="next_state")
@@ -511,13 +515,17 @@ class _Reduce(StepUnit):
             with m.Switch(cnt):
                 for j in range(blocks):
                     with m.Case(j):
-                        m.d.comb += [nxt[j * width + k].eq(x.elems[k]) for k in range(width)]
+                        m.d.comb += [tile_elems(nxt)[j * width + k].eq(x.elems[k]) for k in range(width)]
+                        if has_short(nxt):     # the rows below block j are missing until written
+                            m.d.comb += nxt.short.eq(int(st_tile.rows) - (j + 1) * p.rows)
         else:
             s = TileVal.of(st_tile, cur)
             with m.Switch(regs["update"]):
                 for k, u in enumerate(p.updates):
                     with m.Case(k):
-                        m.d.comb += [nxt[j].eq(v) for j, v in enumerate(update_elems(u, s, x))]
+                        m.d.comb += [tile_elems(nxt)[j].eq(v) for j, v in enumerate(update_elems(u, s, x))]
+            if has_short(nxt):          # a chunk's elements share their valid rows; the state takes them
+                m.d.comb += nxt.short.eq(token_short(self.i.payload.payload))
         return state, fresh, cur, nxt, cnt
 
 
@@ -907,7 +915,7 @@ class FlatMap(StepUnit):
 
         k = i.payload.stop
         is_data = ~i.payload.done & (k == 0)
-        elems = [i.payload.payload[j] for j in range(p.rows * p.cols)]
+        elems = [tile_elems(i.payload.payload)[j] for j in range(p.rows * p.cols)]
         if p.fn == "retile_streamify":
             idx = Signal(range(p.rows + 1), name="row")
             more = idx < p.rows

@@ -59,6 +59,7 @@ from step_hdl.errors import StepTypeError
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
+from .layout import tile_elems
 from .config import Reg
 from .params import ParamError
 
@@ -114,8 +115,9 @@ class TileVal:
 
     @classmethod
     def of(cls, tile: Tile, view) -> "TileVal":
-        n = int(tile.rows) * int(tile.cols)
-        return cls(tile, [view[k] for k in range(n)])
+        """The elements of a tile payload view (a stream's payload, with or without its ``short``)."""
+        n, elems = int(tile.rows) * int(tile.cols), tile_elems(view)
+        return cls(tile, [elems[k] for k in range(n)])
 
     def at(self, r: int, c: int) -> Value:
         """Element (r, c) with the library's broadcast of a size-1 side."""

@@ -20,7 +20,16 @@ Payload formats:
 
 * :class:`TileFormat`: ``rows × cols`` elements, element ``(r, c)`` at index
   ``r·cols + c`` (index 0 least significant); integers are two's complement,
-  fp32 is IEEE single, bf16 the upper half of an IEEE single;
+  fp32 is IEEE single, bf16 the upper half of an IEEE single. That is also
+  one word of off-chip memory (:meth:`TileFormat.pack`, ``width``). On a
+  stream, a tile of ``rows > 1`` carries how many of its rows are valid:
+  ``{elems, short}`` (:meth:`TileFormat.token_layout`), where ``short`` =
+  ``rows`` − valid rows (``0``: a full tile) in ``(rows − 1).bit_length()``
+  bits above the elements. Rows are valid from the top, so a count is enough
+  (a mask would allow holes no lowering makes), and counting the *missing*
+  rows makes 0 the full tile: a unit that never makes partial tiles (a load,
+  a source) emits full ones without knowing the field. Rows past the count
+  carry no meaning (zero where a tile is packed);
 * :class:`SelectorFormat`: an ``n``-bit mask, bit ``i`` = choice ``i``;
 * :class:`HandleFormat`: an unsigned buffer handle;
 * :class:`TupleFormat`: the items' payloads side by side, item 0 lowest.
@@ -67,6 +76,40 @@ class TileFormat:
     def layout(self):
         return data.ArrayLayout(self.element_shape(), self.elements)
 
+    @property
+    def short_bits(self) -> int:
+        """Bits of the token's ``short`` field (missing rows, ``0 .. rows - 1``); 0 for single rows."""
+        return (self.rows - 1).bit_length()
+
+    @property
+    def token_width(self) -> int:
+        return self.width + self.short_bits
+
+    def token_layout(self):
+        """The payload on a stream: the elements, and ``short`` (rows − valid rows) above them."""
+        if not self.short_bits:
+            return self.layout()
+        return data.StructLayout({"elems": self.layout(), "short": unsigned(self.short_bits)})
+
+    def pack_token(self, tile) -> int:
+        """A tile of ``1 .. rows`` valid rows as a stream payload: its rows from the top, zeros below,
+        ``short`` = the missing rows."""
+        tile = np.asarray(tile)
+        n = tile.shape[0] if tile.ndim == 2 else -1
+        if tile.ndim != 2 or tile.shape[1] != self.cols or not 1 <= n <= self.rows:
+            raise ValueError(f"tile of shape {tile.shape} does not fit the physical tile [{self.rows}, "
+                             f"{self.cols}] (1 to {self.rows} rows of {self.cols})")
+        full = np.zeros((self.rows, self.cols), dtype=tile.dtype)
+        full[:n] = tile
+        return self.pack(full) | (self.rows - n) << self.width
+
+    def unpack_token(self, value: int) -> np.ndarray:
+        """Inverse of :meth:`pack_token`: the valid rows."""
+        short = value >> self.width
+        if short >= self.rows:
+            raise ValueError(f"short {short} leaves no valid row of a [{self.rows}, {self.cols}] tile")
+        return self.unpack(value & ((1 << self.width) - 1))[:self.rows - short]
+
     def _bits_of(self, tile: np.ndarray) -> np.ndarray:
         dt = self.dtype
         if dt.is_int:
@@ -94,8 +137,25 @@ class TileFormat:
         return raw.astype(np.uint32).view(np.float32).reshape(self.rows, self.cols)
 
 
+class _Plain:
+    """A payload that is the same on a stream as anywhere else (no ``short`` field)."""
+
+    @property
+    def token_width(self) -> int:
+        return self.width
+
+    def token_layout(self):
+        return self.layout()
+
+    def pack_token(self, value) -> int:
+        return self.pack(value)
+
+    def unpack_token(self, value: int):
+        return self.unpack(value)
+
+
 @dataclass(frozen=True)
-class SelectorFormat:
+class SelectorFormat(_Plain):
     n: int
 
     @property
@@ -115,7 +175,7 @@ class SelectorFormat:
 
 
 @dataclass(frozen=True)
-class HandleFormat:
+class HandleFormat(_Plain):
     bits: int = 16
 
     @property
@@ -133,28 +193,30 @@ class HandleFormat:
 
 
 @dataclass(frozen=True)
-class TupleFormat:
+class TupleFormat(_Plain):
+    """The items side by side, item 0 lowest, each as it is on a stream (a tile with its ``short``)."""
+
     items: tuple
 
     @property
     def width(self) -> int:
-        return sum(i.width for i in self.items)
+        return sum(i.token_width for i in self.items)
 
     def layout(self):
-        return data.StructLayout({f"f{k}": item.layout() for k, item in enumerate(self.items)})
+        return data.StructLayout({f"f{k}": item.token_layout() for k, item in enumerate(self.items)})
 
     def pack(self, values) -> int:
         out, shift = 0, 0
         for item, v in zip(self.items, values):
-            out |= item.pack(v) << shift
-            shift += item.width
+            out |= item.pack_token(v) << shift
+            shift += item.token_width
         return out
 
     def unpack(self, value: int) -> tuple:
         out, shift = [], 0
         for item in self.items:
-            out.append(item.unpack((value >> shift) & ((1 << item.width) - 1)))
-            shift += item.width
+            out.append(item.unpack_token((value >> shift) & ((1 << item.token_width) - 1)))
+            shift += item.token_width
         return tuple(out)
 
 
@@ -176,6 +238,22 @@ def payload_format(t: ElementType, handle_bits: int = 16) -> PayloadFormat:
     raise ParamError(f"no hardware payload for element type {t!r}")
 
 
+def tile_elems(view):
+    """The elements of a tile payload on a stream (an Amaranth view): the ``elems`` field of a tile with a
+    ``short`` field, the payload itself for single rows."""
+    return view.elems if isinstance(view.shape(), data.StructLayout) else view
+
+
+def has_short(view) -> bool:
+    """Whether a payload view is a tile with a ``short`` field."""
+    return isinstance(view.shape(), data.StructLayout)
+
+
+def token_short(view):
+    """The ``short`` field of a tile payload view (missing rows), or 0 for single rows."""
+    return view.short if isinstance(view.shape(), data.StructLayout) else 0
+
+
 def tile_format(dt, rows: int, cols: int) -> TileFormat:
     return TileFormat(make_dtype(dt), rows, cols)
 
@@ -192,34 +270,39 @@ class TokenFormat:
         return stop_bits(self.max_rank)
 
     @property
+    def payload_width(self) -> int:
+        """Bits of the payload field (a tile's elements and its ``short``)."""
+        return self.payload.token_width
+
+    @property
     def width(self) -> int:
-        return self.payload.width + self.stop_bits + 1
+        return self.payload_width + self.stop_bits + 1
 
     @property
     def done_bit(self) -> int:
         """Bit index of the done flag in a packed token."""
-        return self.payload.width + self.stop_bits
+        return self.payload_width + self.stop_bits
 
     @property
     def layout(self) -> data.StructLayout:
-        return data.StructLayout({"payload": self.payload.layout(), "stop": unsigned(self.stop_bits),
+        return data.StructLayout({"payload": self.payload.token_layout(), "stop": unsigned(self.stop_bits),
                                   "done": unsigned(1)})
 
     def pack(self, tok: Token) -> int:
         if tok.stop > self.max_rank:
             raise ValueError(f"stop S{tok.stop} exceeds max_rank {self.max_rank}")
-        p = self.payload.pack(tok.payload) if tok.is_data else 0
-        return p | (tok.stop << self.payload.width) | (int(tok.done) << self.done_bit)
+        p = self.payload.pack_token(tok.payload) if tok.is_data else 0
+        return p | (tok.stop << self.payload_width) | (int(tok.done) << self.done_bit)
 
     def unpack(self, value: int) -> Token:
-        pw = self.payload.width
+        pw = self.payload_width
         done = (value >> self.done_bit) & 1
         if done:
             return DONE
         level = (value >> pw) & ((1 << self.stop_bits) - 1)
         if level:
             return stop_token(level)
-        return data_token(self.payload.unpack(value & ((1 << pw) - 1)))
+        return data_token(self.payload.unpack_token(value & ((1 << pw) - 1)))
 
     def pack_all(self, tokens) -> list[int]:
         return [self.pack(t) for t in tokens]

@@ -37,7 +37,7 @@ from .layout import TokenFormat
 def event_layout(fmt: TokenFormat) -> data.StructLayout:
     """A token plus the event flags ``end`` (block end, level in ``stop``) and ``eager``, and ``tail`` (a data
     element's trailing block end, 0: none)."""
-    return data.StructLayout({"payload": fmt.payload.layout(), "stop": unsigned(fmt.stop_bits),
+    return data.StructLayout({"payload": fmt.payload.token_layout(), "stop": unsigned(fmt.stop_bits),
                               "done": unsigned(1), "end": unsigned(1), "eager": unsigned(1),
                               "tail": unsigned(fmt.stop_bits)})
 

@@ -180,7 +180,7 @@ class OnChipBuffer(StepUnit):
         self.regs.elaborate(m, self.cfg)
         p, R = self.params, self.regs
         fmt = self.fmt("o")
-        sb, pw = fmt.stop_bits, fmt.payload.width
+        sb, pw = fmt.stop_bits, fmt.payload_width
         depth = p.bank_depth
         b, rep_n, c = R["b"], R["repeat"], R["c"]
         repeat_mode = rep_n != 0

@@ -570,7 +570,7 @@ class Expand(_ShapeUnit):
         tok, rt = i.payload, ref.payload
         i_data, i_stop = _kind(tok)
         r_data, r_stop = _kind(rt)
-        x = Signal(self.fmt("i").payload.layout())
+        x = Signal(self.fmt("i").payload.token_layout())
         have = Signal()                                 # x holds the current chunk's element
         closed = Signal()                               # i's closing stop of the chunk was consumed
         x_ok = have | (~closed & i.valid & i_data)

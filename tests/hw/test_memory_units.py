@@ -290,7 +290,7 @@ def test_onchip_buffer(sim_backend, shape, text, b, repeat):
     config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
     fmt = unit.fmt("o")
     for seed in SEEDS:
-        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.done_bit}, config, seed=seed)
         got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer")
         got = fmt.unpack_all(got["o"])
         assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
@@ -319,7 +319,7 @@ def test_onchip_buffer_ref(sim_backend, shape, text, b, ref):
     fmt = unit.fmt("o")
     for seed in SEEDS:
         sc = Scenario({"i": fmt.pack_all(tokens), "i_ref": unit.fmt("i_ref").pack_all(ref[1])},
-                      {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+                      {"o": fmt.done_bit}, config, seed=seed)
         got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer_ref")
         got = fmt.unpack_all(got["o"])
         assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
@@ -347,7 +347,7 @@ def test_onchip_buffer_affine(sim_backend, shape, text, b, repeat, ref, read):
     fmt = unit.fmt("o")
     inputs = {"i": fmt.pack_all(tokens)} | ({"i_ref": unit.fmt("i_ref").pack_all(ref[1])} if ref else {})
     for seed in SEEDS:
-        sc = Scenario(inputs, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        sc = Scenario(inputs, {"o": fmt.done_bit}, config, seed=seed)
         got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer_affine" + ("_ref" if ref else ""))
         got = fmt.unpack_all(got["o"])
         assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
@@ -383,7 +383,7 @@ def test_onchip_buffer_random(sim_backend, k):
     config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
     fmt = unit.fmt("o")
     for seed in SEEDS:
-        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.payload.width + fmt.stop_bits}, config, seed=seed)
+        sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.done_bit}, config, seed=seed)
         got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer")
         got = fmt.unpack_all(got["o"])
         assert got == want, (f"b {b} repeat {repeat} seed {seed}:\n in   {format_tokens(tokens, 80)}\n"

@@ -15,7 +15,7 @@ from step_hdl.units.params import ParamError
 from step_hdl.units.stream import BackwardSlice, Broadcast, ForwardSlice, FullSlice, Queue
 
 FMT = TokenFormat(tile_format("int16", 2, 2), 3)
-DONE_BIT = FMT.payload.width + FMT.stop_bits
+DONE_BIT = FMT.done_bit
 SEEDS = (0, 1, 2)
 
 
@@ -100,8 +100,8 @@ def reference(events):
 
 
 def pack_event(kind, level, eager, payload):
-    pw, sb = FMT.payload.width, FMT.stop_bits
-    p = FMT.payload.pack(payload) if kind in ("data", "data_end") else 0
+    pw, sb = FMT.payload_width, FMT.stop_bits
+    p = FMT.payload.pack_token(payload) if kind in ("data", "data_end") else 0
     return (p | ((level if kind in ("stop", "end") else 0) << pw) | (int(kind == "done") << (pw + sb))
             | (int(kind == "end") << (pw + sb + 1)) | (int(eager) << (pw + sb + 2))
             | ((level if kind == "data_end" else 0) << (pw + sb + 3)))

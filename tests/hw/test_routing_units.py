@@ -237,7 +237,7 @@ def check_eager_merge(unit, n, p, inputs, backend, seeds=SEEDS, p_gap=0.3, p_dro
     config = unit.configure(ops, {port: st for port, (st, _) in inputs.items()})
     packed = {f"i{port[2:]}": unit.fmt(f"i{port[2:]}").pack_all(tk) for port, (_, tk) in inputs.items()}
     fo, fs = unit.fmt("o"), unit.fmt("o_sel")
-    outs = {"o": fo.payload.width + fo.stop_bits, "o_sel": fs.payload.width + fs.stop_bits}
+    outs = {"o": fo.done_bit, "o_sel": fs.done_bit}
     orders = set()
     for seed in seeds:
         got, _ = run_scenario(unit, Scenario(packed, outs, config, seed=seed, p_gap=p_gap, p_drop=p_drop),
