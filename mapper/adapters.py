@@ -132,9 +132,10 @@ class BufferAdapter(Adapter):
     def params(self, node, graph, fab, bindings=None):
         sf = self.streamify(node, graph)
         t = _tile(node.t("in"), f"Bufferize '{node.name}'")
-        shape_ = sf.params.get("read_shape")
+        shape_, tr = sf.params.get("read_shape"), bool(sf.params.get("transpose"))
         p = onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
-                                      sram_bytes=fab.sram_bytes, read_dims=len(shape_) if shape_ else 0,
+                                      sram_bytes=fab.sram_bytes, read_dims=2 if tr else len(shape_ or ()),
+                                      transpose=tr,
                                       **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
         # a block that does not fit a bank would wrap around it: an error here, not a wrong result later
         need = buffer_entries(node, graph, bindings)
@@ -147,8 +148,8 @@ class BufferAdapter(Adapter):
 
     def configure(self, unit, node, graph, ctx):
         sf = self.streamify(node, graph)
-        op = {"rank": node.p("rank"), "repeat": sf.params.get("repeat"),
-              "read_shape": sf.params.get("read_shape"), "read_stride": sf.params.get("read_stride")}
+        op = {"rank": node.p("rank"), "repeat": sf.params.get("repeat"), "read_shape": sf.params.get("read_shape"),
+              "read_stride": sf.params.get("read_stride"), "transpose": sf.params.get("transpose")}
         in_types = _in_types(node)
         if sf.inputs.get("ref") is not None:
             in_types["ref"] = sf.inputs["ref"].type

@@ -21,21 +21,27 @@ fabric's physical tile, as the STeP paper does for its HDL validation:
 Rows: a tile dimension that is not a static multiple of ``P`` (a dynamic
 number of token rows ``[N, H]``, a single row ``[1, H]``, a scalar ``[1, 1]``)
 is cut into blocks of 1, so its physical tiles are partial: ``[1, P]`` rows (or
-``[1, 1]``) instead of ``P x P``. Every logical tile still becomes two block
+``[1, 1]``) instead of ``P x P`` — except packed rows (below). Every logical tile still becomes two block
 dimensions, so a dynamic tile size becomes a dynamic stream dimension
 (``[N, H]`` -> ``[N, H/P]`` of ``[1, P]``), and the stream operators above the
 tile (Partition, Reassemble, Promote, Flatten, ...) keep their meaning with
 their ranks shifted by the two block dimensions:
 
-* packing rows into a tile (Accum ``retile_row``) and unpacking it
-  (FlatMap ``retile_streamify``) only regroup the row blocks (Flatten,
-  Reshape with chunk 1) when the tile's rows are row tiles; into a tile whose
-  row count is a static multiple of ``P`` (static token tiles of 4, 8, ...
-  rows), every ``P`` rows' ``[P, C/P]`` block of row tiles is buffered and
-  re-read column block by column block (Bufferize + Streamify ``[C/P, P]``)
-  and an Accum ``retile_row`` packs each column block's ``P`` rows into one
-  ``P x P`` tile; unpacking is a FlatMap ``retile_streamify`` of each tile
-  into its ``P`` rows and the same buffer read back in row order;
+* packing rows into a tile (Accum ``retile_row``): every ``P`` rows' ``[P,
+  C/P]`` block of row tiles is buffered and re-read column block by column
+  block (Reshape into ``P``-row blocks, Bufferize + Streamify ``transpose``)
+  and an Accum ``retile_row`` packs each column block's rows into one ``P x
+  P`` tile. When the tile's row count is not a static multiple of ``P`` (a
+  dynamic token count, a static tile of 3, 6, 10 rows), the last block is
+  partial (Reshape ``partial``): its tiles carry their valid rows in the
+  token (``units.layout``), so a dynamic ``[N, H]`` tile is ``ceil(N/P)``
+  block rows of ``H/P`` tiles and its matmuls run at the array's full rate.
+  That holds where every consumer of such tiles works row by row
+  (:func:`counted_streams`); otherwise (a column reduction, as in GQA's
+  softmax) the rows stay ``[1, P]`` row tiles and packing only regroups them
+  (Flatten). Unpacking (FlatMap ``retile_streamify``) is a FlatMap of each
+  tile into its valid rows and the same kind of buffer read back in row
+  order;
 * a padded Reshape (static token tiles) pads single physical tiles: the
   elements' blocks are flattened, padded in whole elements, and split again;
   its padding flags are summed per element (0: real);
@@ -44,7 +50,8 @@ their ranks shifted by the two block dimensions:
 * a matmul of row tiles ``[N, K] x [K, M]`` buffers each row (``K/P`` tiles)
   and the ``[K, M]`` operand, and re-reads the operand once per row (a
   Streamify whose ``ref`` is the row stream), so the dynamic ``N`` is never
-  needed as a configuration value;
+  needed as a configuration value; a matmul of packed rows does the same per
+  block row of ``P`` rows;
 * a ``ref`` stream of logical tiles (an off-chip load per logical tile)
   becomes one token per logical tile (an Accum over the two block dims);
 * an element-wise function with a ``[1, 1]`` second operand repeats that
@@ -121,22 +128,97 @@ def row_tiled(d, P: int) -> bool:
     return _cut(d, P)[0] != P
 
 
-@functools.lru_cache(maxsize=4096)
-def physical_tiles(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
-    """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: ``P``-blocks
-    along a dimension that is a multiple of ``P``; otherwise (or when the row count is dynamic, whatever its
-    value in a run) rows become row tiles, and columns ``ceil(cols / P)`` pieces. The approximate model uses
-    this to count transfers like the RTL."""
-    return (int(rows) if dynamic_rows else _cut(rows, P)[1]) * -(-int(cols) // P)
+def _counted_outputs(node, port):
+    """The outputs that carry packed-row tiles when ``node`` takes them on ``port``; None if it cannot."""
+    k = node.kind
+    if k in ("Broadcast", "Partition"):
+        return [p for p in node.out_types if p.startswith("out")] if port == "in" else None
+    if k in ("Reassemble", "EagerMerge"):
+        return ["out"] if port.startswith("in") else None
+    if k == "RepeatStatic":
+        return ["out"]
+    if k == "Map":
+        f = node.p("fn")
+        if f.name == "matmul":
+            return ["out"] if port == "in0" and not f.param("transpose_a") and not f.param("transpose_b") else None
+        tiles = {(as_dim(node.t(p).dtype.rows), as_dim(node.t(p).dtype.cols)) for p in node.input_ports()}
+        return ["out"] if f.name in ELEMENTWISE and len(tiles) == 1 else None
+    if k == "Accum":
+        ok = (node.p("update").name in ("add", "max") and node.p("init").name in ("zeros", "lowest")
+              and not node.p("keep") and dims_equal(node._state.rows, node.t("in").dtype.rows) is True)
+        return ["out"] if ok else None
+    if k == "FlatMap":
+        return [] if node.p("fn").name == "retile_streamify" else None
+    if k == "LinearOffChipLoad" and port == "ref":
+        return []
+    return None
+
+
+def counted_streams(graph: Graph, P: int) -> frozenset:
+    """Source-graph labels of the streams whose tiles the lowering keeps in ``P``-row blocks, each tile
+    carrying its valid rows (the last block of a tile partial), instead of cutting them into row tiles.
+
+    They are the tiles that an Accum ``retile_row`` packs from rows into a tile whose row count is not a
+    static multiple of ``P`` (a dynamic token count, a static tile of 3, 6, 10 rows), and what routes them,
+    repeats them or computes on them row by row (matmul as first operand, element-wise functions of
+    operands of one shape, add/max accumulation) until a FlatMap ``retile_streamify`` unpacks them. If any
+    consumer on the way takes no such tiles (a column reduction mixing rows, a broadcast, a store), or
+    mixes them with row tiles, no stream is: the graph keeps its row tiles (1/P of the matmul rate,
+    correct). The model asks the same question (:func:`physical_tiles`)."""
+    users: dict[str, list] = {}
+    for ref, c, p in graph.edges():
+        users.setdefault(ref.label, []).append((graph.nodes[c], p))
+    todo = [f"{n.name}.out" for n in graph.nodes.values()
+            if n.kind == "Accum" and n.p("update").name == "retile_row" and n.p("rank") == 1 and not n.p("keep")
+            and row_tiled(n._state.rows, P) and dims_equal(n._state.rows, 1) is not True]
+    counted: set[str] = set()
+    takers = []
+    while todo:
+        label = todo.pop()
+        if label in counted:
+            continue
+        counted.add(label)
+        for node, port in users.get(label, []):
+            outs = _counted_outputs(node, port)
+            if outs is None:
+                return frozenset()
+            takers.append(node)
+            todo += [f"{node.name}.{o}" for o in outs]
+    for node in takers:      # every tile operand of an element-wise function or a join: packed alike
+        ports = (node.input_ports() if node.kind == "Map" and node.p("fn").name != "matmul"
+                 else [p for p in node.inputs if p.startswith("in") and p[2:].isdigit()]
+                 if node.kind in ("Reassemble", "EagerMerge") else [])
+        if any(node.inputs[p].label not in counted for p in ports):
+            return frozenset()
+    return frozenset(counted)
+
+
+#: how a tile's rows are cut (``cut`` of :func:`physical_tiles`): by their count (None: ``P``-blocks if a
+#: static multiple of ``P``, else row tiles); ROWS: row tiles whatever the count in a run (a dynamic count);
+#: BLOCKS: ``ceil(rows / P)`` blocks of ``P`` rows, the last one partial (packed rows: :func:`counted_streams`)
+ROWS, BLOCKS = "rows", "blocks"
+
+
+def _row_blocks(rows: int, P: int, cut) -> int:
+    if cut == BLOCKS:
+        return -(-int(rows) // P)
+    return int(rows) if cut == ROWS else _cut(rows, P)[1]
 
 
 @functools.lru_cache(maxsize=4096)
-def stream_tokens(rows: int, cols: int, P: int, dynamic_rows: bool = False) -> int:
+def physical_tiles(rows: int, cols: int, P: int, cut=None) -> int:
+    """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: its row blocks
+    (``cut``: :data:`ROWS`, :data:`BLOCKS` or by the count) times ``ceil(cols / P)`` column pieces. The
+    approximate model uses this to count transfers like the RTL."""
+    return _row_blocks(rows, P, cut) * -(-int(cols) // P)
+
+
+@functools.lru_cache(maxsize=4096)
+def stream_tokens(rows: int, cols: int, P: int, cut=None) -> int:
     """Tokens a ``[rows, cols]`` tile takes on a lowered stream: its physical tiles plus the stop that
     closes each block row (``[..., rb, cb]``: ``cb`` tiles, then a stop), one per row for row tiles.
     Every token is one transfer, so this is what a stream of such tiles costs in cycles."""
-    rb = int(rows) if dynamic_rows else _cut(rows, P)[1]
-    return physical_tiles(rows, cols, P, dynamic_rows) + rb
+    return physical_tiles(rows, cols, P, cut) + _row_blocks(rows, P, cut)
 
 
 def _phys(tile: Tile, P: int, where: str):
@@ -176,6 +258,7 @@ class _Lowering:
         self.g = Graph(name)
         self.refs: dict[str, object] = {}
         self.indices: set[str] = set()     # source-graph labels of index streams
+        self.counted = counted_streams(g, P)   # source-graph labels of tiles in P-row blocks with a count
 
     def ref(self, r):
         return self.refs[r.label]
@@ -201,8 +284,21 @@ class _Lowering:
     def out(self, node, port, new):
         self.refs[f"{node.name}.{port}"] = new
 
-    def phys(self, tile, where):
-        return _phys(tile, self.P, where)
+    def phys(self, tile, where, counted=False):
+        """``(pr, pc, rb, cb)`` of a logical tile; ``counted``: its rows in ``ceil(rows / P)`` blocks of ``P``
+        rows (the last one partial) instead of row tiles."""
+        pr, pc, rb, cb = _phys(tile, self.P, where)
+        if counted and pr == 1:
+            return self.P, pc, sympy.ceiling(as_dim(tile.rows) / self.P), cb
+        return pr, pc, rb, cb
+
+    def phys_in(self, node, port, where=None):
+        """:meth:`phys` of the tile on an input port, as that stream is lowered."""
+        return self.phys(node.t(port).dtype, where or f"{node.kind} '{node.name}' port '{port}'",
+                         node.inputs[port].label in self.counted)
+
+    def is_counted(self, node, port="in") -> bool:
+        return node.inputs[port].label in self.counted
 
     def blocks_of(self, node, port) -> int:
         """Block dimensions the lowering adds to an input stream: 2 for tiles, none for selectors and for
@@ -231,11 +327,11 @@ class _Lowering:
                               f"physical tile ({self.P}x{self.P} or smaller) is supported here yet")
         return pr, pc
 
-    def transposed(self, stream, rows, cols, name, what):
-        """Every ``[rows, cols]`` block (rank 2) of ``stream``, buffered and read back column by column
-        (``[cols, rows]``): how packing and unpacking rows reorder a block of ``P`` rows."""
-        return self.g.streamify(self.g.bufferize(stream, 2, name=f"{name}_buf"), read_shape=[cols, rows],
-                                read_stride=[1, cols], name=f"{name}_{what}")
+    def transposed(self, stream, name, what):
+        """Every rank-2 block ``[r, c]`` of ``stream``, buffered and read back column by column (``[c, r]``,
+        each block at its own size): how packing and unpacking rows reorder a block of up to ``P`` rows."""
+        return self.g.streamify(self.g.bufferize(stream, 2, name=f"{name}_buf"), transpose=True,
+                                name=f"{name}_{what}")
 
     def per_tile(self, stream, name, rank=2):
         """One token per logical tile of a lowered stream (an Accum over its two block dims), or per
@@ -406,14 +502,13 @@ class _Lowering:
             return
         if f.name != "retile_streamify":
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
-        pr, _, _, cb = self.phys(node.t("in").dtype, where)
+        pr, _, _, cb = self.phys_in(node, "in", where)
         rows = self.ref(node.inputs["in"])
         if pr != 1:
-            # [..., R/P, cb] of [P, P] -> [..., R/P, cb, P] of [1, P] rows, each block's [cb, P] re-read in
-            # row order [P, cb], the block rows joined: [..., R, cb]
+            # [..., ceil(R/P), cb] of [P, P] -> [..., ceil(R/P), cb, <=P] of [1, P] rows (a tile's valid
+            # rows), each block's [cb, r] re-read in row order [r, cb], the block rows joined: [..., R, cb]
             rows = self.g.flat_map(rows, f, name=f"{node.name}_tiles")
-            rows = self.g.flatten(self.transposed(rows, cb, self.P, node.name, "rows"), 1, 2,
-                                  name=f"{node.name}_join")
+            rows = self.g.flatten(self.transposed(rows, node.name, "rows"), 1, 2, name=f"{node.name}_join")
         # [..., R, C/P] of [1, P] -> [..., R, 1, C/P]: each row its own block
         self.out(node, "out", self.g.reshape(rows, 1, 1, name=node.name))
 
@@ -469,7 +564,10 @@ class _Lowering:
     def _matmul(self, node, ins, f):
         where = f"Map '{node.name}'"
         a_t, b_t = node.t("in0").dtype, node.t("in1").dtype
-        if self.phys(a_t, where)[0] == 1:
+        if self.is_counted(node, "in1"):
+            raise TilingError(f"{where}: a matmul whose second operand is a tile of packed rows is not "
+                              f"supported by hierarchical tiling yet")
+        if self.phys_in(node, "in0", where)[0] == 1 or self.is_counted(node, "in0"):
             return self._row_matmul(node, ins, f)
         mb, kb = _blocks(a_t, self.P, where)
         tb = f.param("transpose_b")
@@ -580,8 +678,9 @@ class _Lowering:
         return self.blocked(acc, node.name)
 
     def _row_matmul(self, node, ins, f):
-        """``[N, K] x [K, M]`` with row tiles: each row's ``K/P`` tiles are buffered and read once per
-        output block; the ``[K, M]`` operand is buffered once and re-read for every row."""
+        """``[N, K] x [K, M]`` with row tiles (or with ``P``-row blocks of packed rows, their count on each
+        tile): each row's (block row's) ``K/P`` tiles are buffered and read once per output block; the
+        ``[K, M]`` operand is buffered once and re-read for every row (block row)."""
         where = f"Map '{node.name}'"
         if f.param("transpose_b"):
             raise TilingError(f"{where}: a transposed matmul of row tiles is not supported yet")
@@ -595,8 +694,9 @@ class _Lowering:
         b_rd = self.g.streamify(self.g.bufferize(b, 2, name=f"{pre}_buf_b"), ref=rows, read_shape=[nb, kb],
                                 read_stride=[1, nb], name=f"{pre}_read_b")
         prod = self.g.map([a_rd, b_rd], f, name=f"{pre}_tiles")
-        acc_t = prod.type.dtype.dtype.name
-        return self.g.accum(prod, "add", fn("zeros", rows=1, cols=self.P, dtype=acc_t), rank=1, name=pre)
+        t = prod.type.dtype
+        return self.g.accum(prod, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
+                            rank=1, name=pre)
 
     def _Accum(self, node):
         upd, init = node.p("update"), node.p("init")
@@ -606,13 +706,15 @@ class _Lowering:
             if self.phys(node.t("in").dtype, where)[0] != 1:
                 raise TilingError(f"{where}: retile_row of {node.t('in').dtype} elements: only rows (tiles "
                                   f"of row tiles) can be packed by hierarchical tiling yet")
-            pr, _, _, cb = self.phys(node._state, where)
+            counted = f"{node.name}.out" in self.counted
+            pr = self.phys(node._state, where, counted)[0]
             rows = self.g.flatten(self.ref(node.inputs["in"]), 1, 2,
                                   name=node.name if pr == 1 else f"{node.name}_rows")
             if pr != 1:
-                # [..., R, cb] of rows -> [..., R/P, cb] of P x P tiles: each column block's P rows packed
-                blocks = self.g.reshape(rows, 1, self.P, name=f"{node.name}_blocks")
-                rows = self.g.accum(self.transposed(blocks, self.P, cb, node.name, "cols"), upd,
+                # [..., R, cb] of rows -> [..., ceil(R/P), cb] of P x P tiles: each column block's P rows
+                # packed (a partial last block of R mod P rows carries its count)
+                blocks = self.g.reshape(rows, 1, self.P, partial=counted, name=f"{node.name}_blocks")
+                rows = self.g.accum(self.transposed(blocks, node.name, "cols"), upd,
                                     fn("zeros", rows=0, cols=self.P, dtype=node._state.dtype.name), rank=1,
                                     name=node.name)
             self.out(node, "out", rows)
@@ -620,8 +722,8 @@ class _Lowering:
         if node.p("keep") or upd.name not in ("add", "max") or init.name not in ("zeros", "lowest"):
             raise TilingError(f"{where}: only add/max accumulations from zeros/lowest and retile_row are "
                               f"supported by hierarchical tiling yet")
-        pr, pc, _, _ = self.phys(node._state, where)
-        if (pr, pc) != self.phys(node.t("in").dtype, where)[:2]:
+        pr, pc, _, _ = self.phys(node._state, where, self.is_counted(node))
+        if (pr, pc) != self.phys_in(node, "in", where)[:2]:
             raise TilingError(f"{where}: an element {node.t('in').dtype} broadcast into the state "
                               f"{node._state} is not supported by hierarchical tiling yet")
         new_init = fn(init.name, rows=pr, cols=pc, dtype=init.param("dtype"))

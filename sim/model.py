@@ -84,7 +84,7 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import ELEMENTWISE, physical_tiles, row_tiled, stream_tokens
+from step_hdl.mapper.tiling import BLOCKS, ELEMENTWISE, ROWS, counted_streams, physical_tiles, row_tiled, stream_tokens
 
 from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -189,8 +189,10 @@ class TimedPorts(Ports):
         self.random_store = kind == "RandomOffChipStore"
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
-        self.out_dyn = model._node_info(node)[2]    # its output tiles have a dynamic row count
+        self.out_cut = model._node_info(node)[2]    # how the lowering cuts its output tiles' rows
         self.lead = model.output_lead(node)
+        self.tail = model.stream_tail(node)
+        self.blocks = model.block_buffer(node)     # packing or unpacking P-row blocks: its buffer's timing
         self._pieces_of: dict = {}  # lowered tokens per payload shape
         if self.plain:
             self._cost = self._pieces   # a node without compute: one cycle per lowered token it sends
@@ -256,10 +258,10 @@ class TimedPorts(Ports):
         payload = tok.payload
         tp = type(payload)
         if tp is not ShapeOnly and tp is not np.ndarray:
-            return max(1, self.model._tiles(payload, self.out_dyn))
+            return max(1, self.model._tiles(payload, self.out_cut))
         n = self._pieces_of.get(payload.shape)      # it depends on the shape only
         if n is None:
-            n = self._pieces_of[payload.shape] = max(1, self.model._tiles(payload, self.out_dyn))
+            n = self._pieces_of[payload.shape] = max(1, self.model._tiles(payload, self.out_cut))
         return n
 
     def put(self, port, tok):
@@ -283,6 +285,11 @@ class TimedPorts(Ports):
         model = self.model
         now = model.now
         is_data = not tok.stop and not tok.done
+        if is_data and self.blocks is not None:
+            due = self.blocks.due()
+            if due > now:
+                yield ("delay", due - now)
+                now = model.now
         if is_data and self.random_store:
             # the acknowledgement is ready when the write is done (``units.offchip``: memory latency + 2);
             # writes are pipelined, so the store goes on while its consumer waits for that
@@ -290,7 +297,7 @@ class TimedPorts(Ports):
             end = self.ctx.memory.ready[self.node.name].popleft() + 2
         elif is_data and self.cut_through:
             start = max(now if self.first is None else self.first, self.whole)
-            end = max(start + cost, self.avail + 1, now + 1)
+            end = max(start + cost, self.avail + 1 + self.tail, now + 1)
             yield ("delay", 1)
         else:
             begin = self.avail if is_data and self.avail > now else now
@@ -347,12 +354,75 @@ def _take(io, port, ch, tok, end):
         io.model.wake(ch.space_waiters)
     if not tok.stop and not tok.done:
         io.taken[port] = tok
+        if io.blocks is not None:
+            io.blocks.took(io.model.now, tok, end)
         if io.first is None:
             io.first = io.model.now
         if end > io.avail:
             io.avail = end
         if end > io.whole and port not in io.streamed:
             io.whole = end
+
+
+class _BlockBuffer:
+    """The transposing on-chip buffer through which the lowering packs rows into ``P``-row blocks and
+    unpacks them (``mapper.tiling``: Bufferize + Streamify ``transpose``), timed as ``units.onchip`` does:
+    a block is written whole, one token a cycle, starts streaming 2 cycles after its last token has been
+    written, and streams one token a cycle after the block before it (two banks)."""
+
+    def __init__(self, P: int, cb: int):
+        self.P, self.cb = P, cb
+        self.read_end = 0
+
+    def block(self, written: int, tokens: int) -> int:
+        """When a block of ``tokens`` whose last token was written at ``written`` starts streaming."""
+        start = max(written + 2, self.read_end)
+        self.read_end = start + tokens
+        return start
+
+
+class _PackBuffer(_BlockBuffer):
+    """Packing (Accum ``retile_row``): the rows of each block go in as they come (``cb`` tiles each); the
+    block leaves column block by column block (its rows and a stop) into the Accum, whose packed tile is
+    out one cycle after the last block's last column."""
+
+    def __init__(self, P, cb):
+        super().__init__(P, cb)
+        self.rows, self.last = 0, 0
+
+    def took(self, now, tok, end):
+        self.rows, self.last = self.rows + 1, max(now, end)
+        if self.rows == self.P:
+            self.block(self.last, (self.rows + 1) * self.cb)
+            self.rows = 0
+
+    def due(self) -> int:
+        if self.rows:
+            self.block(self.last, (self.rows + 1) * self.cb)
+            self.rows = 0
+        return self.read_end - 1
+
+
+class _UnpackBuffer(_BlockBuffer):
+    """Unpacking (FlatMap ``retile_streamify``): each tile of a block becomes its rows and a stop, one token
+    a cycle, into the buffer, which then streams the block's rows (``cb`` tiles and a stop each); a row
+    leaves when its first piece can."""
+
+    def __init__(self, P, cb):
+        super().__init__(P, cb)
+        self.rows: deque = deque()
+
+    def took(self, now, tok, end):
+        n = tok.payload.shape[0]
+        written = now
+        for b0 in range(0, n, self.P):
+            r = min(self.P, n - b0)
+            written += (r + 1) * self.cb
+            start = self.block(written, r * (self.cb + 1))
+            self.rows.extend(start + j * (self.cb + 1) for j in range(r))
+
+    def due(self) -> int:
+        return self.rows.popleft() if self.rows else 0
 
 
 def _run_random_load(node, io):
@@ -503,9 +573,10 @@ class Model:
         self.matmul_flops = 0
         self._info: dict = {}
         self.P = params.tile
+        self.counted = counted_streams(graph, self.P) if self.P else frozenset()
 
     # -- cost rules
-    def _tiles(self, payload, dynamic_rows: bool = False) -> int:
+    def _tiles(self, payload, cut=None) -> int:
         """Physical tiles (stream tokens) a payload takes (:func:`physical_tiles`), whatever the element type.
 
         A hardware stream's payload is one physical tile of its own element type
@@ -515,7 +586,7 @@ class Model:
         """
         if isinstance(payload, (np.ndarray, ShapeOnly)):
             shape = payload.shape
-            return stream_tokens(shape[0], shape[1], self.P, dynamic_rows) if len(shape) == 2 else 1
+            return stream_tokens(shape[0], shape[1], self.P, cut) if len(shape) == 2 else 1
         if isinstance(payload, tuple) and payload:
             return max(self._tiles(p) for p in payload)
         return 1
@@ -533,10 +604,18 @@ class Model:
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
                         in_bytes.append((port, stream_tokens(int(r), int(c), self.P)
                                          if r.is_Integer and c.is_Integer else None))
-            # a tile whose row count is dynamic is lowered to row tiles, whatever the count in this run
-            dyn = isinstance(out_t, Tile) and not out_t.rows.is_Integer
-            info = self._info[node.name] = (out_t, in_bytes, dyn)
+            info = self._info[node.name] = (out_t, in_bytes, self.row_cut(node, next(iter(node.out_types), None)))
         return info
+
+    def row_cut(self, node, port, output=True):
+        """How the lowering cuts the rows of the tiles on ``node``'s output (or input) ``port``: in blocks of
+        ``P`` rows when it packs them (:func:`~step_hdl.mapper.tiling.counted_streams`), into row tiles when
+        their count is dynamic (whatever it is in this run), else by their count."""
+        st = node.out_types.get(port) if output else node.inputs[port].type
+        label = f"{node.name}.{port}" if output else node.inputs[port].label
+        if label in self.counted:
+            return BLOCKS
+        return ROWS if st is not None and isinstance(st.dtype, Tile) and not st.dtype.rows.is_Integer else None
 
     def cut_through(self, node) -> tuple[bool, set]:
         """``(cut-through, streamed input ports)``: whether ``node`` passes tiles on piece by piece, and
@@ -580,6 +659,36 @@ class Model:
         return True, {p for p, t in ins.items() if (streams(t) or node.kind in ("Accum", "Scan"))
                       and p != "ref"}
 
+    def block_buffer(self, node):
+        """The transposing buffer's timing (:class:`_PackBuffer`, :class:`_UnpackBuffer`) of a node that the
+        lowering packs into ``P``-row blocks or unpacks from them, else None."""
+        P = self.P
+        if not P:
+            return None
+        if node.kind == "Accum" and node.p("update").name == "retile_row" and isinstance(node._state, Tile):
+            if f"{node.name}.out" in self.counted or not row_tiled(node._state.rows, P):
+                return _PackBuffer(P, -(-int(node._state.cols) // P))
+        if node.kind == "FlatMap" and node.p("fn").name == "retile_streamify":
+            t = node.t("in").dtype
+            if node.inputs["in"].label in self.counted or not row_tiled(t.rows, P):
+                return _UnpackBuffer(P, -(-int(t.cols) // P))
+        return None
+
+    def stream_tail(self, node) -> int:
+        """Cycles a cut-through unit's output goes on after its streamed input's last piece: a matmul of
+        row tiles or of packed ``P``-row blocks buffers each row (block row) whole, its ``K/P`` tiles, and
+        then makes that row's ``N/P`` output tiles of ``K/P`` products and a stop each (the buffer starts
+        2 cycles after the row's last tile, the Accum's output 1 after the last stop); 0 for every other
+        node (its last piece leaves one cycle after its input's)."""
+        if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
+            return 0
+        a, b = node.t("in0").dtype, node.t("in1").dtype
+        if not (isinstance(a, Tile) and isinstance(b, Tile) and row_tiled(a.rows, self.P or 1) and self.P
+                and b.rows.is_Integer and b.cols.is_Integer):
+            return 0
+        kb, nb = -(-int(b.rows) // self.P), -(-int(b.cols) // self.P)
+        return 2 + nb * (kb + 1)
+
     def output_lead(self, node):
         """Cycles from a static matmul's start to its first output piece (``k/P`` products and the stop that
         closes them: the lowered Accum then emits that ``P x P`` tile, and the next output's products
@@ -600,19 +709,20 @@ class Model:
         sizes stand in for operands of data-dependent size)."""
         if not tok.is_data:
             return 1
-        out_t, in_tiles, dyn = self._node_info(node)
-        cycles = self._tiles(tok.payload, dyn)
+        out_t, in_tiles, cut = self._node_info(node)
+        cycles = self._tiles(tok.payload, cut)
         if node.kind in ("Map", "Accum", "Scan"):
             out = cycles
-            cycles = max(cycles, self._compute_cycles(node, tok, dyn, inputs or {}))
+            cycles = max(cycles, self._compute_cycles(node, tok, cut, inputs or {}))
             for port, b in in_tiles:
                 if b is None:       # data-dependent size: this token's (row tiles), else as large as the output
                     got = (inputs or {}).get(port)
-                    b = self._tiles(got.payload, True) if got is not None else out
+                    b = (self._tiles(got.payload, self.row_cut(node, port, output=False) or ROWS)
+                         if got is not None else out)
                 cycles = max(cycles, b)
         return max(1, cycles)
 
-    def _compute_cycles(self, node, tok, dynamic_rows: bool = False, inputs=None) -> int:
+    def _compute_cycles(self, node, tok, cut=None, inputs=None) -> int:
         f = node.p("fn") if node.kind == "Map" else node.p("update")
         if f.name == "matmul":
             a = node.t("in0").dtype
@@ -628,13 +738,13 @@ class Model:
             self.matmul_flops += 2 * m * k * n
             if f.param("transpose_a"):
                 # aᵀ·b with a dynamic inner size: one outer product of [1, P] rows per row pair
-                return physical_tiles(k, m, self.P, not inner.is_Integer) * -(-n // self.P)
+                return physical_tiles(k, m, self.P, None if inner.is_Integer else ROWS) * -(-n // self.P)
             # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products, and the stop
             # that closes each output tile's k/P products (the lowered product stream is [m/P, n/P, k/P])
-            return (physical_tiles(m, k, self.P, dynamic_rows) * -(-n // self.P)
-                    + physical_tiles(m, n, self.P, dynamic_rows))
+            return (physical_tiles(m, k, self.P, cut) * -(-n // self.P)
+                    + physical_tiles(m, n, self.P, cut))
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
-        return physical_tiles(shape[0], shape[1], self.P, dynamic_rows)
+        return physical_tiles(shape[0], shape[1], self.P, cut)
 
     # -- scheduling
     def schedule(self, proc, t):

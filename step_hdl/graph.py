@@ -128,9 +128,12 @@ class Graph:
     def bufferize(self, stream, rank, name=None) -> StreamRef:
         return self.add("Bufferize", name, {"in": stream}, rank=rank).out
 
-    def streamify(self, buffers, ref=None, repeat=None, read_shape=None, read_stride=None, name=None) -> StreamRef:
+    def streamify(self, buffers, ref=None, repeat=None, read_shape=None, read_stride=None, transpose=False,
+                  name=None) -> StreamRef:
+        """Streamify; ``transpose`` reads each rank-2 buffer ``[r, c]`` column by column (``[c, r]``)."""
+        extra = {"transpose": True} if transpose else {}
         return self.add("Streamify", name, {"in": buffers, "ref": ref}, repeat=repeat, read_shape=read_shape,
-                        read_stride=read_stride).out
+                        read_stride=read_stride, **extra).out
 
     def partition(self, stream, sel, n, rank=0, name=None) -> list[StreamRef]:
         node = self.add("Partition", name, {"in": stream, "sel": sel}, n=n, rank=rank)
@@ -173,9 +176,11 @@ class Graph:
     def flatten(self, stream, lo, hi, name=None) -> StreamRef:
         return self.add("Flatten", name, {"in": stream}, lo=lo, hi=hi).out
 
-    def reshape(self, stream, rank, chunk, pad=None, name=None):
-        """Reshape; returns ``out`` or, with ``pad``, ``(out, pad_flags)``."""
-        node = self.add("Reshape", name, {"in": stream}, rank=rank, chunk=chunk, pad=pad)
+    def reshape(self, stream, rank, chunk, pad=None, partial=False, name=None):
+        """Reshape; returns ``out`` or, with ``pad``, ``(out, pad_flags)``; ``partial`` keeps a short last
+        chunk."""
+        extra = {"partial": True} if partial else {}
+        node = self.add("Reshape", name, {"in": stream}, rank=rank, chunk=chunk, pad=pad, **extra)
         return (node["out"], node["pad"]) if pad is not None else node["out"]
 
     def promote(self, stream, name=None) -> StreamRef:

@@ -129,6 +129,53 @@ def test_streamify_ref_and_affine_read():
     assert text(res.outputs["o"]) == "1 3 S1 1 3 S1 1 3 S2 D"
 
 
+def test_streamify_transpose_reads_each_buffer_at_its_own_size():
+    from step_hdl import Graph, run
+    g = Graph("transpose")
+    R, C = Ragged("R", integer=True, nonnegative=True), Ragged("C", integer=True, nonnegative=True)
+    out_ = g.streamify(g.bufferize(g.source(ints(N, R, C), data="x"), 2), transpose=True)
+    assert out_.type.shape == (N, C, R)
+    g.output(out_, name="o")
+    res = run(g, streams={"x": toks("1 2 3 S1 4 5 6 S2 7 S1 8 S2 D")})
+    assert text(res.outputs["o"]) == "1 4 S1 2 5 S1 3 6 S2 7 8 S2 D"
+
+
+def test_reshape_partial_keeps_a_short_last_chunk():
+    assert text(run_operator("Reshape", {"in": (ints(2, L, 1), toks("1 S1 2 S1 3 S2 4 S2 D"))}, rank=1, chunk=2,
+                             partial=True)["out"]) == "1 S1 2 S2 3 S3 4 S3 D"
+    # the stream's end closes the outermost run: its short chunk still ends with the chunk's stop
+    assert text(run_operator("Reshape", {"in": (ints(3, 1), toks("1 S1 2 S1 3 S1 D"))}, rank=1, chunk=2,
+                             partial=True)["out"]) == "1 S1 2 S2 3 S2 D"
+
+
+@pytest.mark.parametrize("kind, inputs, params, match", [
+    ("Reshape", {"in": ints(3, 1)}, dict(rank=0, chunk=2, pad=0, partial=True),
+     r"give either pad \(fill the last chunk\) or partial \(keep it short\), not both"),
+    ("Streamify", "rank1", dict(transpose=True), r"transpose reads rank-2 buffers, got buffers of shape \[4\]"),
+    ("Streamify", "rank2", dict(transpose=True, read_shape=[2], read_stride=[1]),
+     r"give either read_shape or transpose, not both"),
+])
+def test_partial_and_transpose_errors(kind, inputs, params, match):
+    from step_hdl import Graph, StepError
+    g = Graph("bad")
+    with pytest.raises(StepError, match=match):
+        if kind == "Reshape":
+            g.reshape(g.source(inputs["in"], data="x"), params.pop("rank"), params.pop("chunk"), **params)
+        else:
+            buf = g.bufferize(g.source(ints(2, 4) if inputs == "rank1" else ints(2, 3, 4), data="x"),
+                              1 if inputs == "rank1" else 2)
+            g.streamify(buf, **params)
+
+
+def test_streamify_transpose_of_ragged_rows_is_an_error():
+    from step_hdl import Graph, StepError, run
+    g = Graph("ragged")
+    R, C = Ragged("R", integer=True, nonnegative=True), Ragged("C", integer=True, nonnegative=True)
+    g.output(g.streamify(g.bufferize(g.source(ints(N, R, C), data="x"), 2), transpose=True), name="o")
+    with pytest.raises(StepError, match=r"transpose of a buffer whose rows differ in length \(\[2, 1\]\)"):
+        run(g, streams={"x": toks("1 2 S1 3 S2 D")})
+
+
 def test_eager_merge_whole_chunks_and_selector():
     res = run_operator("EagerMerge", {"in0": (ints(N, 2), toks("1 2 S1 3 4 S1 D")),
                                       "in1": (ints(N, 2), toks("5 6 S1 D"))}, n=2, rank=1)

@@ -7,7 +7,7 @@ import pytest
 import sympy
 
 from step_hdl import Graph, fn, run
-from step_hdl.mapper.tiling import TilingError, tile_physical
+from step_hdl.mapper.tiling import TilingError, counted_streams, tile_physical
 from step_hdl.metrics import metrics
 from step_hdl.workloads import swiglu
 
@@ -84,16 +84,30 @@ def test_partial_physical_tiles_are_reported():
         tile_physical(w.graph, 3)
 
 
-def test_moe_dynamic_tiling_lowers_to_row_tiles(routing):
-    """Dynamic token tiles [N_e, H] become dynamic streams of [1, P] row tiles; same result, same bytes."""
+def _blocks(n, cb):
+    """The packed physical tiles of ``n`` rows of ``cb`` column tiles: each block of 4 rows (the last one
+    ``n mod 4``) as ``cb`` tiles."""
+    return [(min(4, n - r), 4) for r in range(0, n, 4) for _ in range(cb)]
+
+
+def test_moe_dynamic_tiling_lowers_to_blocks_of_p_rows(routing):
+    """Dynamic token tiles [N_e, H] become ceil(N_e / P) blocks of P rows, the last one partial (each physical
+    tile with its valid rows), and the matmuls work on those blocks; same result, same bytes."""
     from step_hdl.workloads.moe import moe
     w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")
+    assert "e0_pack.out" in counted_streams(w.graph, 4)
     lowered = tile_physical(w.graph, 4)
     res = run(lowered, w.tensors, w.streams)
     assert w.mismatches(res) == {}
     assert res.offchip_bytes == w.run().offchip_bytes
-    shapes = {t.payload.shape for t in res.edges["e0_gate_proj_tiles.out"] if t.is_data}
-    assert shapes == {(1, 4)}
+    n0 = int(w.subs["route_n0"])
+    assert n0 % 4, "the trace's expert 0 should leave a partial block"
+    shape = lambda edge: [t.payload.shape for t in res.edges[edge] if t.is_data]   # noqa: E731
+    assert shape("e0_pack.out") == _blocks(n0, 4)                     # H = 16: 4 column tiles a block
+    # per block row and intermediate tile (2 of 16 columns): 4 x 4 products of the block's rows
+    products = shape("e0_gate_proj_tiles.out")
+    assert sorted(set(products)) == [(n0 % 4, 4), (4, 4)] and len(products) == -(-n0 // 4) * 2 * 4 * 4
+    assert shape("e0_unpack.out") == [(1, 4)] * (n0 * 4)
 
 
 def _moe_static_lowered(routing, tile):
@@ -108,13 +122,17 @@ def _moe_static_lowered(routing, tile):
     return res, int(w.subs["route_n0"])
 
 
-@pytest.mark.parametrize("tile", [3, 6])
-def test_moe_static_tiling_lowers_padded_row_tiles(routing, tile):
+@pytest.mark.parametrize("tile", [3, 6, 10])
+def test_moe_static_tiles_of_any_rows_lower_to_blocks_of_p_rows(routing, tile):
     """Static token tiles of a row count that is not a multiple of P: padded in whole rows (the padding
-    flags one per row), packed as row tiles, the padding dropped after the FFN; same result, same bytes."""
+    flags one per row), packed into blocks of P rows with a partial last block (3 rows: one block of 3; 6:
+    4 + 2; 10: 4 + 4 + 2), the padding dropped after the FFN; same result, same bytes."""
     res, n0 = _moe_static_lowered(routing, tile)
     flags = [int(t.payload[0, 0]) for t in res.edges["e0_chunk_flags.out"] if t.is_data]
     assert flags == [0] * n0 + [4] * (-n0 % tile)      # a padded row's 4 physical tiles are all padding
+    tiles = -(-n0 // tile)
+    shapes = [t.payload.shape for t in res.edges["e0_pack.out"] if t.is_data]
+    assert shapes == _blocks(tile, 4) * tiles
 
 
 @pytest.mark.parametrize("tile", [4, 8, 16])
@@ -145,11 +163,23 @@ def test_packing_tiles_of_tiles_is_reported():
 
 
 def test_physical_tiles_follow_the_tiling_rule():
-    from step_hdl.mapper.tiling import physical_tiles
+    from step_hdl.mapper.tiling import BLOCKS, ROWS, physical_tiles, stream_tokens
     assert physical_tiles(32, 64, 16) == 2 * 4          # P x P blocks
     assert physical_tiles(1, 64, 16) == 4               # one row: [1, P] row tiles
     assert physical_tiles(13, 64, 4) == 13 * 16         # a non-multiple row count: row tiles
     assert physical_tiles(1, 1, 4) == physical_tiles(1, 2, 4) == 1
+    assert physical_tiles(8, 64, 4, ROWS) == 8 * 16     # a dynamic count: row tiles whatever its value
+    assert physical_tiles(13, 64, 4, BLOCKS) == 4 * 16  # packed rows: ceil(13 / 4) blocks of 4 rows
+    assert stream_tokens(13, 64, 4, BLOCKS) == 4 * 16 + 4   # and a stop after each block row
+
+
+def test_packed_rows_stay_row_tiles_where_a_consumer_mixes_rows():
+    """GQA's KV rows are packed into [L, d] tiles whose softmax runs down the columns (col_max): no P-row
+    blocks anywhere in that graph, so it keeps its row tiles (see the GQA lowering test below)."""
+    from step_hdl.workloads.gqa import gqa_decode
+    w = gqa_decode([16, 3, 15, 2, 6], group=4, head_dim=4, regions=2, strategy="dynamic", dtype="int16")
+    assert any(n.kind == "Accum" and n.p("update").name == "retile_row" for n in w.graph.nodes.values())
+    assert counted_streams(w.graph, 4) == frozenset()
 
 
 def test_gqa_fixed_point_lowers_to_row_tiles():

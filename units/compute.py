@@ -918,7 +918,7 @@ class FlatMap(StepUnit):
         elems = [tile_elems(i.payload.payload)[j] for j in range(p.rows * p.cols)]
         if p.fn == "retile_streamify":
             idx = Signal(range(p.rows + 1), name="row")
-            more = idx < p.rows
+            more = idx < p.rows - token_short(i.payload.payload)       # the tile's valid rows only
             rows = Array([Cat(*elems[r * p.cols:(r + 1) * p.cols]) for r in range(p.rows)])
             value = rows[idx[:max(1, (p.rows - 1).bit_length())] if p.rows > 1 else 0]
         else:

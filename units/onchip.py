@@ -27,8 +27,9 @@ class OnChipBufferParams(StreamParams):
     """OnChipBuffer: ``sram_bytes`` of tile storage split into two banks (double
     buffering), ``repeat_bits`` for the repeat count register, whether there is a
     Streamify ``ref`` input (payload a ``ref_rows × ref_cols`` ``ref_dtype`` tile, ignored),
-    and ``read_dims``: the most ``read_shape`` dimensions of an affine read pattern
-    (0: no affine read hardware)."""
+    ``read_dims``: the most ``read_shape`` dimensions of an affine read pattern
+    (0: no affine read hardware), and ``transpose``: the hardware that reads a
+    rank-2 buffer column by column at its own size (needs ``read_dims >= 2``)."""
 
     sram_bytes: int = 1024
     repeat_bits: int = 16
@@ -37,10 +38,16 @@ class OnChipBufferParams(StreamParams):
     ref_cols: int = 1
     ref_dtype: str = "int32"
     read_dims: int = 0
+    transpose: bool = False
 
     def validate(self):
         super().validate()
         positive(self.owner, "read_dims", self.read_dims, minimum=0)
+        if not isinstance(self.transpose, bool):
+            raise ParamError(f"{self.owner}: transpose must be True or False, got {self.transpose!r}")
+        if self.transpose and self.read_dims < 2:
+            raise ParamError(f"{self.owner}: transpose reads walk 2 dimensions: read_dims must be >= 2, got "
+                             f"{self.read_dims}")
         if self.read_dims > self.max_rank + 1:
             raise ParamError(f"{self.owner}: read_dims {self.read_dims} > max_rank + 1 = {self.max_rank + 1}")
         positive(self.owner, "sram_bytes", self.sram_bytes)
@@ -100,6 +107,14 @@ class OnChipBuffer(StepUnit):
     including empty ``read_shape`` dims. A pattern reaching past the buffer reads
     whatever the bank holds (the interpreter raises an error).
 
+    Transposed reads (``params.transpose``, register ``transpose``; Streamify
+    ``transpose``, Bufferize rank 2): the writer counts each chunk's rows (its
+    inner stops, plus the last row) and the tiles of its first row, and the
+    affine walk reads that bank with counts ``[rows, cols]`` and strides
+    ``[cols, 1]`` (innermost first) instead of the registers: each column's
+    tiles top to bottom, at whatever size each chunk has (a packed tile's
+    partial last block of rows).
+
     Latency: a buffer starts streaming 2 cycles after its closing stop was taken
     (SRAM read + output register). II 1 per output token; an affine reading's
     final close leaves with its last tile (the event's ``tail``), a linear
@@ -132,17 +147,27 @@ class OnChipBuffer(StepUnit):
             + [Reg(f"rcount{j}", 16, 1, doc=f"read_shape size, dim {j} from the innermost")
                for j in range(self.params.read_dims)]
             + [Reg(f"rstride{j}", 16, 0, signed=True, doc=f"read_stride (tiles), dim {j} from the innermost")
-               for j in range(self.params.read_dims)] if self.params.read_dims else [])
+               for j in range(self.params.read_dims)] if self.params.read_dims else []) + (
+            [Reg("transpose", 1, 0, doc="read each rank-2 buffer column by column at its own size")]
+            if self.params.transpose else [])
 
     def configure(self, op_params, in_types, bindings=None):
         """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None);
         ``in_types``: ``in`` and, in ref mode, ``ref``."""
-        unknown = {k for k, v in op_params.items() if v is not None} - {"rank", "repeat", "read_shape",
-                                                                       "read_stride"}
+        unknown = {k for k, v in op_params.items() if v not in (None, False)} - {
+            "rank", "repeat", "read_shape", "read_stride", "transpose"}
         if unknown:
             raise ParamError(f"OnChipBuffer: unsupported parameter(s) {sorted(unknown)}")
         b, rep = op_params["rank"], op_params.get("repeat")
         read = {}
+        if op_params.get("transpose"):
+            if not self.params.transpose:
+                raise ParamError("OnChipBuffer: the Streamify node transposes but the unit was built without "
+                                 "transpose (OnChipBufferParams(transpose=True))")
+            if b != 2 or op_params.get("read_shape") is not None:
+                raise ParamError(f"OnChipBuffer: transpose reads rank-2 buffers without a read_shape, got rank "
+                                 f"{b}")
+            read = {"n_read": 2, "transpose": 1}
         shape = op_params.get("read_shape")
         if shape is not None:
             shape = [concrete_param(d, bindings, self, "read_shape size") for d in shape]
@@ -218,6 +243,23 @@ class OnChipBuffer(StepUnit):
         took = self.i.valid & self.i.ready
         m.d.comb += [wr.addr.eq(Mux(wb, depth, 0) + widx), wr.data.eq(Cat(tok.payload, tok.stop)),
                      wr.en.eq(took & is_entry & (widx < depth))]
+        if p.transpose:
+            # a chunk's shape for transposed reads: rows (inner stops + the open last row), first row's tiles
+            t_rows = [Signal(range(depth + 1), name=f"rows{k}") for k in range(2)]
+            t_cols = [Signal(range(depth + 1), name=f"cols{k}") for k in range(2)]
+            wrows, wcols = Signal(range(depth + 1)), Signal(range(depth + 1))
+            first_row, row_open = Signal(init=1), Signal()
+            with m.If(took & ~tok.done & (tok.stop == 0)):
+                m.d.sync += row_open.eq(1)
+                with m.If(first_row):
+                    m.d.sync += wcols.eq(wcols + 1)
+            with m.If(took & ~tok.done & (tok.stop != 0) & (tok.stop < b)):
+                m.d.sync += [first_row.eq(0), row_open.eq(0), wrows.eq(wrows + 1)]
+            with m.If(took & (is_close | tok.done)):
+                m.d.sync += [wrows.eq(0), wcols.eq(0), first_row.eq(1), row_open.eq(0)]
+                for k in range(2):
+                    with m.If(wb == k):
+                        m.d.sync += [t_rows[k].eq(wrows + row_open), t_cols[k].eq(wcols)]
         with m.If(took):
             with m.If(is_entry):
                 with m.If(widx < depth):
@@ -253,8 +295,15 @@ class OnChipBuffer(StepUnit):
 
         # ---- affine read generator (one running offset per read_shape dim, as in LinearOffChipLoad)
         if Dr:
-            g = AffineWalk(m, [R[f"rcount{j}"] for j in range(Dr)], [R[f"rstride{j}"] for j in range(Dr)],
-                           R["n_read"], R["n_read"], 16, signed(24), "g")
+            counts = [R[f"rcount{j}"] for j in range(Dr)]
+            strides = [R[f"rstride{j}"] for j in range(Dr)]
+            if p.transpose:
+                tr = R["transpose"]
+                rows_r = Mux(rb, t_rows[1], t_rows[0])
+                cols_r = Mux(rb, t_cols[1], t_cols[0])
+                counts[:2] = [Mux(tr, rows_r, counts[0]), Mux(tr, cols_r, counts[1])]
+                strides[:2] = [Mux(tr, cols_r, strides[0]), Mux(tr, 1, strides[1])]
+            g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g")
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, g.acc[0], ridx))
         else:
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)

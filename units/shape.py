@@ -416,6 +416,11 @@ class Reshape(_ShapeUnit):
                        if pad is not None else "the unit has o_pad (ReshapeParams(pad=True)) but the node "
                        "gives no pad value")
         values = dict(rank=b, chunk=s, in_rank=r)
+        if op_params.get("partial") and not 1 <= b < r:
+            # a short last chunk ends where its run's closing stop S_(b+1) (or higher) is relabelled; the
+            # stream's own end sends none, and at rank 0 the chunks are counted, not closed by stops
+            self._fail(f"a partial last chunk needs a run closed by a stop: rank in 1..{r - 1} for a rank-{r} "
+                       f"input, got rank {b}")
         if pad is not None:
             if b != 0:
                 self._fail(f"padding only applies at rank 0, got rank {b}")

@@ -9,7 +9,7 @@ from ..errors import StepTypeError
 from ..functions import apply_typed
 from ..process import Emitter, emit_block
 from ..token import DONE, data, stop
-from ..types import StreamType, Tile, ragged, sum_over
+from ..types import StreamType, Tile, dims_equal, ragged, sum_over
 from .base import Op, ZERO, _Variadic, register
 
 
@@ -104,6 +104,8 @@ class _Reduce(Op):
         upd, init = self.p("update"), self.p("init")
         if state is None:
             state = init.spec.apply(init, like=x)
+        if upd.name != "retile_row" and _partial_of(self, state, x):
+            state = state[:x.shape[0]]
         return apply_typed(upd, _state_out_type(self, state), state, x)
 
     def final(self, state, io):
@@ -118,6 +120,15 @@ class _Reduce(Op):
     def flops(self):
         upd = self.p("update")
         return sum_over(self.t("in").elements, upd.spec.flops(upd, self._state, self.t("in").dtype))
+
+
+def _partial_of(op, state, x) -> bool:
+    """Whether ``x`` is a partial physical tile of the state's size (a lowered graph's packed tile with fewer
+    valid rows than its type): it then meets the state's top rows, as a unit adds only the valid rows. A
+    ``[1, C]`` element of a ``[1, C]`` type broadcasting into the state is not one."""
+    et = op.t("in").dtype
+    return (isinstance(x, np.ndarray) and isinstance(state, np.ndarray) and isinstance(et, Tile)
+            and dims_equal(et.rows, op._state.rows) is True and x.shape[0] < state.shape[0])
 
 
 def _state_out_type(op, state):

@@ -270,13 +270,16 @@ class Streamify(Op):
     whose shape is the buffer stream's shape plus ``c`` inner dimensions repeats
     each buffer once per element of those ``c`` dimensions. Optional
     ``read_shape`` + ``read_stride`` read the buffer's flattened elements with an
-    affine pattern instead of linearly.
+    affine pattern instead of linearly; ``transpose`` reads a rank-2 buffer
+    ``[r, c]`` column by column, ``[c, r]``, whatever its sizes (each buffer's
+    own: how the lowering packs and unpacks a block of rows).
     """
 
     kind = "Streamify"
     inputs_spec = ("in", "ref")
     optional_inputs = ("ref",)
-    params_spec = {"repeat": ("int", None), "read_shape": ("dims", None), "read_stride": ("ints", None)}
+    params_spec = {"repeat": ("int", None), "read_shape": ("dims", None), "read_stride": ("ints", None),
+                   "transpose": ("bool", False)}
 
     def infer(self):
         bt = self.t("in").dtype
@@ -298,6 +301,13 @@ class Streamify(Op):
         else:
             mid = ()
         inner = bt.shape
+        if self.p("transpose"):
+            if self.p("read_shape") is not None:
+                raise self.shape_error("give either read_shape or transpose, not both")
+            if len(bt.shape) != 2:
+                raise self.type_error(f"transpose reads rank-2 buffers, got buffers of shape "
+                                      f"[{', '.join(map(str, bt.shape))}]", "in")
+            inner = (bt.shape[1], bt.shape[0])
         if self.p("read_shape") is not None:
             if self.p("read_stride") is None or len(self.p("read_stride")) != len(self.p("read_shape")):
                 raise self.shape_error("read_stride needs one entry per read_shape dimension")
@@ -306,6 +316,11 @@ class Streamify(Op):
         return {"out": StreamType(bt.dtype, tuple(outer) + mid + tuple(inner))}
 
     def _view(self, buf: Buffer, io):
+        if self.p("transpose"):
+            rows = buf.contents
+            if len({len(r) for r in rows}) > 1:
+                raise io.fail(f"transpose of a buffer whose rows differ in length ({[len(r) for r in rows]})")
+            return [list(col) for col in zip(*rows)]
         if self.p("read_shape") is None:
             return buf.contents
         from ..token import leaves

@@ -54,10 +54,13 @@ class Reshape(Op):
 
     At rank 0 a partial last chunk is padded with tiles of ``pad`` and a second
     output ``pad`` (``[1, 1]`` int32, 1 = padded) marks the padded elements.
+    With ``partial`` the last chunk of each run may be shorter instead (the
+    chunk dimension is then *at most* ``chunk``: how the lowering cuts a
+    tile's rows into ``P``-row blocks).
     """
 
     kind = "Reshape"
-    params_spec = {"rank": ("int",), "chunk": ("int",), "pad": ("json", None)}
+    params_spec = {"rank": ("int",), "chunk": ("int",), "pad": ("json", None), "partial": ("bool", False)}
 
     def infer(self):
         b, s = self.p("rank"), self.p("chunk")
@@ -69,12 +72,14 @@ class Reshape(Op):
         i = len(shape) - 1 - b
         d = shape[i]
         divisible = is_static(d) and int(d) % s == 0
+        if self.p("pad") is not None and self.p("partial"):
+            raise self.shape_error("give either pad (fill the last chunk) or partial (keep it short), not both")
         if self.p("pad") is not None:
             if b != 0:
                 raise self.shape_error(f"padding only applies at rank 0, got rank {b}")
             if not isinstance(st.dtype, Tile) or not (is_static(st.dtype.rows) and is_static(st.dtype.cols)):
                 raise self.type_error(f"padding needs static-size tiles, got {st.dtype}", "in")
-        elif is_static(d) and not divisible:
+        elif is_static(d) and not divisible and not self.p("partial"):
             raise self.shape_error(f"chunk {s} does not divide dimension D{b} = {d}"
                                    + (" (give pad= to pad it)" if b == 0 else ""))
         shape[i:i + 1] = [sympy.ceiling(d / s), sympy.Integer(s)]
@@ -99,6 +104,10 @@ class Reshape(Op):
         def close_run():
             nonlocal c
             if c:
+                if self.p("partial"):
+                    yield from em.end_block(1)
+                    c = 0
+                    return
                 if pm is None:
                     raise io.fail(f"chunk {s} does not divide a run of {c % s or s} + ... elements "
                                   f"(a dynamic dimension not a multiple of {s})")
@@ -141,13 +150,15 @@ class Reshape(Op):
                     continue
                 c += 1
                 if t.stop == b:
+                    if c != s and self.p("partial") and (yield from io.peek("in")).done:
+                        c = s       # the stream's end closes the run (its top stop is implied): a short chunk
                     if c == s:
                         yield from em.stop(b + 1)
                         c = 0
                     else:
                         yield from em.stop(b)
                 else:
-                    if c != s:
+                    if c != s and not self.p("partial"):
                         raise io.fail(f"chunk {s} does not divide a run of {c} rank-{b} elements "
                                       f"(dimension D{b} is not a multiple of {s})")
                     yield from em.stop(t.stop + 1)

@@ -355,13 +355,15 @@ def test_accum_add_wraps_and_broadcasts(sim_backend):
     check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
 
 
-@pytest.mark.parametrize("rank", [1, 2])
+@pytest.mark.parametrize("rank", [1, 2, "short"])
 def test_accum_retile_row(sim_backend, rank):
-    """[1, 4] rows packed into [4, 4] tiles (full chunks: the hardware pads short ones with zeros)."""
+    """[1, 4] rows packed into [4, 4] tiles; a chunk of fewer rows gives a partial tile (its valid rows)."""
     unit = Accum(AccumParams(rows=1, cols=4, dtype="int16", updates=("retile_row",), state_rows=4, max_rank=3))
     rng = np.random.default_rng(11)
     if rank == 1:
         struct, shape = [4, 4, 4], (3, 4)
+    elif rank == "short":
+        struct, shape, rank = [4, 2, 3, 1, 4], (5, L), 1
     else:
         struct, shape = [[2, 2], [1, 3], [4]], (3, dyn("A"), L)  # 4 rows per rank-2 chunk, ragged inside
     toks = encode(nested(struct, lambda: rand_tile(rng, 1, 4, "int16")), depth(struct))
@@ -534,12 +536,60 @@ def test_bad_keep_configuration():
 
 # --------------------------------------------------------------------------- FlatMap
 
+def partial_stream(rng, tile: Tile, shape_key: str, rows=None):
+    """Like :func:`stream`, each tile with 1 .. its rows valid (``rows``: one count for all)."""
+    rank, struct, shape = SHAPES[shape_key]
+    r, c = int(tile.rows), int(tile.cols)
+    toks = encode(nested(struct, lambda: rand_tile(rng, rows or int(rng.integers(1, r + 1)), c, tile.dtype.name)),
+                  rank)
+    return StreamType(tile, shape), toks
+
+
 @pytest.mark.parametrize("shape_key", ["rank0", "rank1", "rank2"])
 @pytest.mark.parametrize("size, dt", [(2, "int8"), (4, "int16")])
-def test_flatmap_retile_streamify(sim_backend, shape_key, size, dt):
+@pytest.mark.parametrize("partial", [False, True])
+def test_flatmap_retile_streamify(sim_backend, shape_key, size, dt, partial):
+    """Each tile into its rows: a partial tile gives only its valid rows."""
     unit = FlatMap(FlatMapParams(rows=size, cols=size, dtype=dt, fn="retile_streamify", max_rank=3))
-    st, toks = stream(np.random.default_rng(13), Tile(dt, size, size), shape_key)
+    make = partial_stream if partial else stream
+    st, toks = make(np.random.default_rng(13), Tile(dt, size, size), shape_key)
     check_unit(unit, "FlatMap", {"in": (st, toks)}, dict(fn="retile_streamify"), backend=sim_backend)
+
+
+@pytest.mark.parametrize("f", ["matmul", "add", "silu"])
+def test_map_partial_tiles_keep_their_rows(sim_backend, f):
+    """A partial first operand's valid rows are the result's (the second operand of a matmul is whole)."""
+    rng = np.random.default_rng(15)
+    t = Tile("int16", 4, 4)
+    unit = Map(MapParams(rows=4, cols=4, dtype="int16", fns=(f,), max_rank=2))
+    if f == "add":      # both operands partial alike: one row count per token pair
+        st, a = partial_stream(rng, t, "rank1", rows=3)
+        b = encode(nested(SHAPES["rank1"][1], lambda: rand_tile(rng, 3, 4, "int16", -99, 99)), 1)
+        inputs = {"in0": (st, a), "in1": (st, b)}
+    else:
+        st, a = partial_stream(rng, t, "rank1")
+        inputs = {"in0": (st, a)} | ({} if f == "silu" else {"in1": stream(rng, t, "rank1", lo=-9, hi=9)})
+    op = dict(fn=fn(f, frac=4), n=1) if f == "silu" else dict(fn=f, n=2)
+    check_unit(unit, "Map", inputs, op, backend=sim_backend)
+
+
+@pytest.mark.parametrize("positions", [0, 3])
+def test_accum_add_of_partial_tiles(sim_backend, positions):
+    """Partial [4, 4] tiles accumulate into their valid rows of the state, also with kept positions."""
+    unit = Accum(AccumParams(rows=4, cols=4, dtype="int16", updates=("add",), positions=positions, max_rank=3))
+    rng = np.random.default_rng(16)
+    if positions:
+        shape = (2, 4, 3)
+        rows = [1, 3, 2]        # per kept position: every chunk has that position's rows
+        struct = [[[rand_tile(rng, rows[p], 4, "int16") for p in range(3)] for _ in range(4)] for _ in range(2)]
+        toks = encode(struct, 2)
+        op = dict(update="add", init=fn("zeros", rows=4, cols=4, dtype="int32"), rank=1, keep=1)
+    else:
+        shape = (3, L)
+        struct = [[rand_tile(rng, n, 4, "int16") for _ in range(k)] for n, k in ((2, 3), (4, 2), (1, 4))]
+        toks = encode(struct, 1)
+        op = dict(update="add", init=fn("zeros", rows=4, cols=4, dtype="int32"), rank=1)
+    check_unit(unit, "Accum", {"in": (StreamType(Tile("int16", 4, 4), shape), toks)}, op, backend=sim_backend)
 
 
 def _pairs(rng, n):

@@ -381,13 +381,51 @@ def test_onchip_buffer_random(sim_backend, k):
     unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256))
     want = buffer_reference(st, tokens, b, repeat)
     config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
+    check_buffer(unit, tokens, config, want, sim_backend, "onchip_buffer", f"b {b} repeat {repeat} ")
+
+
+def check_buffer(unit, tokens, config, want, backend, name, context=""):
+    """Run the buffer ``unit`` on input ``tokens`` for each seed (random stalls); its output must be ``want``."""
     fmt = unit.fmt("o")
     for seed in SEEDS:
         sc = Scenario({"i": fmt.pack_all(tokens)}, {"o": fmt.done_bit}, config, seed=seed)
-        got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer")
+        got, _ = run_scenario(unit, sc, backend, name)
         got = fmt.unpack_all(got["o"])
-        assert got == want, (f"b {b} repeat {repeat} seed {seed}:\n in   {format_tokens(tokens, 80)}\n"
+        assert got == want, (f"{context}seed {seed}:\n in   {format_tokens(tokens, 80)}\n"
                              f" got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}")
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_onchip_buffer_transpose(sim_backend, k):
+    """Transposed reads of rank-2 buffers of their own sizes (1..4 rows of 1..3 tiles, some partial tiles):
+    each buffer column by column, as the lowering packs and unpacks a block of rows."""
+    rng, nprng = random.Random(4000 + k), np.random.default_rng(k)
+    chunks = [[[nprng.integers(-500, 500, (rng.choice([1, 2]), 2)).astype(np.int16) for _ in range(cols)]
+               for _ in range(rng.randint(1, 4))] for cols in (rng.randint(1, 3) for _ in range(rng.randint(1, 4)))]
+    st = tiles(2, 2, dyn("N"), L, Ragged("C", integer=True, nonnegative=True), dt="int16")
+    tokens = encode(chunks, 2)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
+                                           read_dims=2, transpose=True))
+    g = Graph("transpose")
+    g.output(g.streamify(g.bufferize(g.source(st, data="x", name="src"), 2, name="buf"), transpose=True,
+                         name="sfy"), name="y")
+    want = run(g, {}, {"x": tokens}).outputs["y"]
+    config = unit.configure({"rank": 2, "repeat": None, "transpose": True}, {"in": st})
+    check_buffer(unit, tokens, config, want, sim_backend, "onchip_buffer_transpose")
+
+
+def test_transposed_reads_need_the_hardware_and_rank_2():
+    st = tiles(2, 2, 3, 2, dt="int16")
+    plain = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, read_dims=2))
+    plain._MustUse__silence = True                  # built only to check configure(): never elaborated
+    with pytest.raises(ParamError, match=r"the Streamify node transposes but the unit was built without transpose"):
+        plain.configure({"rank": 2, "repeat": None, "transpose": True}, {"in": st})
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, read_dims=2, transpose=True))
+    unit._MustUse__silence = True
+    with pytest.raises(ParamError, match=r"transpose reads rank-2 buffers without a read_shape, got rank 1"):
+        unit.configure({"rank": 1, "repeat": None, "transpose": True}, {"in": st})
+    with pytest.raises(ParamError, match=r"transpose reads walk 2 dimensions: read_dims must be >= 2, got 0"):
+        OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, transpose=True)
 
 
 # ----------------------------------------------------------------------------- parameters

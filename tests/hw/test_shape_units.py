@@ -80,7 +80,10 @@ def test_repeat_static(sim_backend, count, st, text):
     (dict(rank=1, chunk=2), ints(4, 1), "1 S1 2 S1 3 S1 4 S1 D"),
     (dict(rank=1, chunk=2), ints(2, 4, L), "1 S1 S1 2 3 S1 4 S2 5 S1 6 S1 S1 S2 D"),
     (dict(rank=2, chunk=2), ints(4, 2, L), "1 S1 2 S2 S1 S2 3 S1 S2 4 5 S1 6 S2 D"),
-], ids=["rank0", "ragged", "rank1", "rank1-levels", "rank2"])
+    # runs of 3 and 1 rows of a ragged count in chunks of 2: a short last chunk each (P-row blocks)
+    (dict(rank=1, chunk=2, partial=True), ints(2, L, 2), "1 2 S1 3 S1 4 5 S2 6 7 S2 D"),
+    (dict(rank=1, chunk=4, partial=True), ints(3, L, 1), "1 S1 2 S1 3 S2 4 S2 5 S1 6 S1 7 S1 8 S1 9 S2 D"),
+], ids=["rank0", "ragged", "rank1", "rank1-levels", "rank2", "partial", "partial-tall"])
 def test_reshape(sim_backend, params, st, text):
     unit = Reshape(ReshapeParams(rows=1, cols=1, dtype="int32", max_rank=3, chunk_bits=4))
     check_unit(unit, "Reshape", {"in": (st, toks(text))}, params, backend=sim_backend)
@@ -185,6 +188,8 @@ def test_bad_shape_parameters():
     _configure_error(Reshape(ReshapeParams(rows=1, cols=1, dtype="int32", pad=True)), dict(rank=0, chunk=2),
                      {"in": ints(4)}, r"the unit has o_pad .* but the node gives no pad value")
     _configure_error(Reshape(shp), dict(rank=2, chunk=2), {"in": ints(4, 2)}, r"rank must be in 0\.\.1")
+    _configure_error(Reshape(shp), dict(rank=1, chunk=2, partial=True), {"in": ints(4, 2)},
+                     r"a partial last chunk needs a run closed by a stop: rank in 1\.\.0 for a rank-1 input, got rank 1")
     _configure_error(Expand(ExpandParams(rows=1, cols=1, dtype="int32")), dict(rank=0),
                      {"in": ints(2, 1), "ref": ints(2, 3)}, r"Expand: rank must be in 1\.\.1")
     _configure_error(Promote(StreamParams(rows=1, cols=1, dtype="int32", max_rank=1)), {}, {"in": ints(2, 2)},
