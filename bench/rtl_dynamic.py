@@ -1,8 +1,8 @@
 """Dynamic tiling in RTL: the MoE layer on a real routing trace, RTL beside the approximate model.
 
 Builds the fabric of the MoE layer with dynamic token tiles (every expert's
-routed rows form one ``[N_e, H]`` tile, a dynamic stream of ``[1, P]`` row
-tiles in hardware) for a routing trace with hidden/intermediate sizes scaled
+routed rows form one ``[N_e, H]`` tile, ``ceil(N_e / P)`` blocks of ``P`` rows in
+hardware, the last one partial) for a routing trace with hidden/intermediate sizes scaled
 down, simulates it (Verilator by default), checks the output bit for bit
 against the interpreter and prints, side by side: RTL cycles, the model's
 cycles and its error, off-chip bytes (RTL counters) against the symbolic

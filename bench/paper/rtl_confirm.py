@@ -22,9 +22,9 @@ apart they are:
   (8 experts, top-2, hidden 16, intermediate 32 in tiles of 16) with static
   token tiles of ``--tiles`` rows (padded; the padding rows are computed and
   dropped) against dynamic tiling (one ``[N_e, H]`` tile per expert). Effect:
-  each static tiling's cycles / dynamic's. Static tile sizes must not be
-  multiples of the physical tile (4): such tiles lower to row tiles like the
-  dynamic ones; ``P``-row packing is not lowered yet.
+  each static tiling's cycles / dynamic's. Every token tile, static or
+  dynamic, is packed into blocks of 4 rows (the physical tile), the last one
+  partial.
 
     python bench/paper/rtl_confirm.py parallelization [--trace 3] [--scale 64] [--json PATH]
     python bench/paper/rtl_confirm.py time-multiplexing [--groups 1 2 4] [--json PATH]
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4],
                     help="time-multiplexing: experts per region (the first is the baseline)")
     ap.add_argument("--tiles", type=int, nargs="+", default=[3, 6, 10],
-                    help="dynamic-tiling: static token-tile sizes (rows; not multiples of 4)")
+                    help="dynamic-tiling: static token-tile sizes (rows)")
     ap.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"))
     ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
     ap.add_argument("--json", default=None, help="write the results here")
