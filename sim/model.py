@@ -382,16 +382,17 @@ class _BlockBuffer:
 
 
 class _PackBuffer(_BlockBuffer):
-    """Packing (Accum ``retile_row``): the rows of each block go in as they come (``cb`` tiles each); the
-    block leaves column block by column block (its rows and a stop) into the Accum, whose packed tile is
-    out one cycle after the last block's last column."""
+    """Packing (Accum ``retile_row``): the rows of each block go in as they come (``cb`` tiles each), through
+    the lowered Flatten and Reshape into the buffer (a register each, and the buffer's write: a row is in 3
+    cycles after it arrives); the block leaves column block by column block (its rows and a stop) into the
+    Accum, whose packed tile is out 1 cycle after the last block's last column has been streamed."""
 
     def __init__(self, P, cb):
         super().__init__(P, cb)
         self.rows, self.last = 0, 0
 
     def took(self, now, tok, end):
-        self.rows, self.last = self.rows + 1, max(now, end)
+        self.rows, self.last = self.rows + 1, max(now, end) + 3
         if self.rows == self.P:
             self.block(self.last, (self.rows + 1) * self.cb)
             self.rows = 0
@@ -400,13 +401,14 @@ class _PackBuffer(_BlockBuffer):
         if self.rows:
             self.block(self.last, (self.rows + 1) * self.cb)
             self.rows = 0
-        return self.read_end - 1
+        return self.read_end + 1
 
 
 class _UnpackBuffer(_BlockBuffer):
     """Unpacking (FlatMap ``retile_streamify``): each tile of a block becomes its rows and a stop, one token
-    a cycle, into the buffer, which then streams the block's rows (``cb`` tiles and a stop each); a row
-    leaves when its first piece can."""
+    a cycle (after the FlatMap's register), into the buffer, which then streams the block's rows (``cb``
+    tiles and a stop each) through the lowered Flatten and Reshape (2 registers); a row leaves when its
+    first piece can."""
 
     def __init__(self, P, cb):
         super().__init__(P, cb)
@@ -414,12 +416,12 @@ class _UnpackBuffer(_BlockBuffer):
 
     def took(self, now, tok, end):
         n = tok.payload.shape[0]
-        written = now
+        written = now + 1
         for b0 in range(0, n, self.P):
             r = min(self.P, n - b0)
             written += (r + 1) * self.cb
             start = self.block(written, r * (self.cb + 1))
-            self.rows.extend(start + j * (self.cb + 1) for j in range(r))
+            self.rows.extend(start + 2 + j * (self.cb + 1) for j in range(r))
 
     def due(self) -> int:
         return self.rows.popleft() if self.rows else 0
@@ -677,9 +679,9 @@ class Model:
     def stream_tail(self, node) -> int:
         """Cycles a cut-through unit's output goes on after its streamed input's last piece: a matmul of
         row tiles or of packed ``P``-row blocks buffers each row (block row) whole, its ``K/P`` tiles, and
-        then makes that row's ``N/P`` output tiles of ``K/P`` products and a stop each (the buffer starts
-        2 cycles after the row's last tile, the Accum's output 1 after the last stop); 0 for every other
-        node (its last piece leaves one cycle after its input's)."""
+        then makes that row's ``N/P`` output tiles of ``K/P`` products and a stop each (the lowered split
+        and the buffer's write a register each, the buffer's start 2 cycles, the Accum's output register
+        1 and its FIFO 1); 0 for every other node (its last piece leaves one cycle after its input's)."""
         if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
             return 0
         a, b = node.t("in0").dtype, node.t("in1").dtype
@@ -687,7 +689,7 @@ class Model:
                 and b.rows.is_Integer and b.cols.is_Integer):
             return 0
         kb, nb = -(-int(b.rows) // self.P), -(-int(b.cols) // self.P)
-        return 2 + nb * (kb + 1)
+        return 4 + nb * (kb + 1)
 
     def output_lead(self, node):
         """Cycles from a static matmul's start to its first output piece (``k/P`` products and the stop that
