@@ -128,6 +128,13 @@ def row_tiled(d, P: int) -> bool:
     return _cut(d, P)[0] != P
 
 
+def in_row_blocks(rows, P: int, counted: bool) -> bool:
+    """Whether the lowering cuts a tile of ``rows`` rows into blocks of ``P`` rows (packing and unpacking
+    them through a transposing buffer): a static multiple of ``P``, or packed rows (``counted``: a label
+    of :func:`counted_streams`); else row tiles."""
+    return counted or not row_tiled(rows, P)
+
+
 def _counted_outputs(node, port):
     """The outputs that carry packed-row tiles when ``node`` takes them on ``port``; None if it cannot."""
     k = node.kind
@@ -288,7 +295,7 @@ class _Lowering:
         """``(pr, pc, rb, cb)`` of a logical tile; ``counted``: its rows in ``ceil(rows / P)`` blocks of ``P``
         rows (the last one partial) instead of row tiles."""
         pr, pc, rb, cb = _phys(tile, self.P, where)
-        if counted and pr == 1:
+        if pr == 1 and in_row_blocks(tile.rows, self.P, counted):
             return self.P, pc, sympy.ceiling(as_dim(tile.rows) / self.P), cb
         return pr, pc, rb, cb
 

@@ -84,7 +84,8 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import BLOCKS, ELEMENTWISE, ROWS, counted_streams, physical_tiles, row_tiled, stream_tokens
+from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, counted_streams, in_row_blocks, physical_tiles,
+                                    row_tiled, stream_tokens)
 
 from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -394,14 +395,17 @@ class _PackBuffer(_BlockBuffer):
     def took(self, now, tok, end):
         self.rows, self.last = self.rows + 1, max(now, end) + 3
         if self.rows == self.P:
-            self.block(self.last, (self.rows + 1) * self.cb)
-            self.rows = 0
+            self._close()
 
     def due(self) -> int:
         if self.rows:
-            self.block(self.last, (self.rows + 1) * self.cb)
-            self.rows = 0
+            self._close()
         return self.read_end + 1
+
+    def _close(self):
+        """The block written so far is whole: its columns stream (each its rows and a stop)."""
+        self.block(self.last, (self.rows + 1) * self.cb)
+        self.rows = 0
 
 
 class _UnpackBuffer(_BlockBuffer):
@@ -668,11 +672,11 @@ class Model:
         if not P:
             return None
         if node.kind == "Accum" and node.p("update").name == "retile_row" and isinstance(node._state, Tile):
-            if f"{node.name}.out" in self.counted or not row_tiled(node._state.rows, P):
+            if in_row_blocks(node._state.rows, P, f"{node.name}.out" in self.counted):
                 return _PackBuffer(P, -(-int(node._state.cols) // P))
         if node.kind == "FlatMap" and node.p("fn").name == "retile_streamify":
             t = node.t("in").dtype
-            if node.inputs["in"].label in self.counted or not row_tiled(t.rows, P):
+            if in_row_blocks(t.rows, P, node.inputs["in"].label in self.counted):
                 return _UnpackBuffer(P, -(-int(t.cols) // P))
         return None
 
@@ -685,7 +689,7 @@ class Model:
         if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
             return 0
         a, b = node.t("in0").dtype, node.t("in1").dtype
-        if not (isinstance(a, Tile) and isinstance(b, Tile) and row_tiled(a.rows, self.P or 1) and self.P
+        if not (self.P and isinstance(a, Tile) and isinstance(b, Tile) and row_tiled(a.rows, self.P)
                 and b.rows.is_Integer and b.cols.is_Integer):
             return 0
         kb, nb = -(-int(b.rows) // self.P), -(-int(b.cols) // self.P)

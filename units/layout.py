@@ -238,20 +238,20 @@ def payload_format(t: ElementType, handle_bits: int = 16) -> PayloadFormat:
     raise ParamError(f"no hardware payload for element type {t!r}")
 
 
-def tile_elems(view):
-    """The elements of a tile payload on a stream (an Amaranth view): the ``elems`` field of a tile with a
-    ``short`` field, the payload itself for single rows."""
-    return view.elems if isinstance(view.shape(), data.StructLayout) else view
-
-
 def has_short(view) -> bool:
-    """Whether a payload view is a tile with a ``short`` field."""
+    """Whether a tile payload view (an Amaranth view of :meth:`TileFormat.token_layout`) has a ``short``
+    field: a tile of more than one row."""
     return isinstance(view.shape(), data.StructLayout)
+
+
+def tile_elems(view):
+    """The elements of a tile payload view: its ``elems`` field, or the payload itself for single rows."""
+    return view.elems if has_short(view) else view
 
 
 def token_short(view):
     """The ``short`` field of a tile payload view (missing rows), or 0 for single rows."""
-    return view.short if isinstance(view.shape(), data.StructLayout) else 0
+    return view.short if has_short(view) else 0
 
 
 def tile_format(dt, rows: int, cols: int) -> TileFormat:

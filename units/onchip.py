@@ -154,7 +154,7 @@ class OnChipBuffer(StepUnit):
     def configure(self, op_params, in_types, bindings=None):
         """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None);
         ``in_types``: ``in`` and, in ref mode, ``ref``."""
-        unknown = {k for k, v in op_params.items() if v not in (None, False)} - {
+        unknown = {k for k, v in op_params.items() if v is not None} - {
             "rank", "repeat", "read_shape", "read_stride", "transpose"}
         if unknown:
             raise ParamError(f"OnChipBuffer: unsupported parameter(s) {sorted(unknown)}")
