@@ -608,8 +608,9 @@ class Model:
                     t = node.t(port).dtype
                     if isinstance(t, Tile):
                         r, c = t.rows.subs(self.ctx.bindings), t.cols.subs(self.ctx.bindings)
-                        in_bytes.append((port, stream_tokens(int(r), int(c), self.P)
-                                         if r.is_Integer and c.is_Integer else None))
+                        cut = self.row_cut(node, port, output=False)
+                        in_bytes.append((port, stream_tokens(int(r), int(c), self.P, cut)
+                                         if r.is_Integer and c.is_Integer else None, cut or ROWS))
             info = self._info[node.name] = (out_t, in_bytes, self.row_cut(node, next(iter(node.out_types), None)))
         return info
 
@@ -720,11 +721,10 @@ class Model:
         if node.kind in ("Map", "Accum", "Scan"):
             out = cycles
             cycles = max(cycles, self._compute_cycles(node, tok, cut, inputs or {}))
-            for port, b in in_tiles:
-                if b is None:       # data-dependent size: this token's (row tiles), else as large as the output
+            for port, b, in_cut in in_tiles:
+                if b is None:       # data-dependent size: this token's (as the lowering cuts it), else the output's
                     got = (inputs or {}).get(port)
-                    b = (self._tiles(got.payload, self.row_cut(node, port, output=False) or ROWS)
-                         if got is not None else out)
+                    b = self._tiles(got.payload, in_cut) if got is not None else out
                 cycles = max(cycles, b)
         return max(1, cycles)
 

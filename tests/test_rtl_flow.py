@@ -227,7 +227,7 @@ def test_moe_mixtral_b64_on_verilator(routing, tile):
     """The acceptance runs: Mixtral's 8 experts, top-2, the real b64 routing trace, H=16, I=32 on 4x4 tiles,
     static token tiles of 3, 6, 10 rows and dynamic ones, all packed into blocks of 4 rows (the last one
     partial); bit-exact, the model within 10 %. Measured 2026-12-02 (``paper``): RTL 1,270 / 1,345 / 1,497 /
-    1,735 cycles, model 1,158 / 1,236 / 1,408 / 1,639 (-8.8 / -8.1 / -5.9 / -5.5 %); as [1, 4] row tiles
+    1,735 cycles, model 1,158 / 1,232 / 1,384 / 1,639 (-8.8 / -8.4 / -7.5 / -5.5 %); as [1, 4] row tiles
     they took 1,525 / 1,674 / 1,869 / 2,456. With dynamic tiles each expert's three matmul units are active
     exactly ``ceil(n_e / P) · ni · (nb · (kb + 1) + 1) + 2`` cycles: per block row of ``P`` token rows and
     intermediate tile (``ni = 2``), ``nb = 4`` output tiles of ``kb = 4`` products and the stop closing them,
