@@ -8,6 +8,10 @@ last step of dimension ``j`` the walk closes level ``j + 1``: the unit sends
 the stop ``S_close`` after the element, one event later (``phase`` 1), or, for
 the walk's final close, with the element (``fold`` in :meth:`AffineWalk.advance`). A
 dimension with count 0 makes the block empty above it (``has_zero``, ``lo``).
+A walk may ``merge`` its innermost levels (a Flatten of its lowest dimensions
+fused into the unit): closes of level ``merge`` or below are not sent, so the
+walk takes no event for them; the unit renumbers the levels it sends above
+them down by ``merge``.
 
 Everything here is combinational from the registers and the walk's own
 state, except :meth:`AffineWalk.advance` and :meth:`AffineWalk.reset`, which
@@ -36,9 +40,12 @@ class AffineWalk:
         Of the per-dimension step counters and running offsets.
     name : str
         Prefix of the signal names.
+    merge : Value, optional
+        Closes of this level or below are not sent (``close_needed`` is 0 for them); no dimension may
+        be empty when it is set (the unit checks that its counts are not 0).
     """
 
-    def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str):
+    def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str, merge=None):
         D = len(counts)
         self.D, self.strides = D, strides
         self.idx = [Signal(idx_shape, name=f"{name}idx{j}") for j in range(D)]
@@ -61,6 +68,8 @@ class AffineWalk:
         self.close = Signal(range(D + 1), name=f"{name}close")
         m.d.comb += self.close.eq(Mux(self.complete, top, inc))
         self.close_needed = self.close > self.lo
+        if merge is not None:
+            self.close_needed = self.close_needed & (self.close > merge)
         # 0: an element, 1: the closing stop after it (level ``pend``; ``pend_final``: it ends the walk)
         self.phase = Signal(name=f"{name}phase")
         self.pend = Signal(range(D + 1), name=f"{name}pend")

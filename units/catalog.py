@@ -262,6 +262,7 @@ def _compute_entries():
     from step_hdl.functions import fn
 
     from .compute import Accum, AccumParams, FlatMap, FlatMapParams, Map, MapParams, Scan
+    from .matmul import MatMul, MatMulParams
 
     def binary(name):
         def stim(unit, n):
@@ -287,6 +288,27 @@ def _compute_entries():
                 family="compute")
     yield Entry("Map[add]", lambda r, c, d: Map(MapParams(r, c, d, 3, fns=("add",))), binary("add"),
                 family="compute")
+
+    def matmul_runs(unit, n):
+        p = unit.params
+        a = tiles_stream(p.rows, p.cols, p.dtype, n, inner=8, seed=1)
+        b = tiles_stream(p.rows, p.cols, p.dtype, n, inner=8, seed=2)
+        return "MatMul", {"in0": a, "in1": b}, {"fn": fn("matmul"), "n": 2, "k": 4}
+
+    def matmul_expected(inputs, op_params, extra):
+        from step_hdl.graph import Graph
+        from step_hdl.interp import run
+        g = Graph("matmul_chain")
+        a, b = (g.source(inputs[q][0], data=q) for q in ("in0", "in1"))
+        prod = g.map([a, b], op_params["fn"])
+        t = prod.type.dtype
+        g.output(g.accum(g.reshape(prod, 0, op_params["k"]), "add",
+                         fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name)), name="o")
+        return {"out": run(g, streams={q: inputs[q][1] for q in ("in0", "in1")}).outputs["o"]}
+
+    # runs of 8 pairs, 4 per output tile: 2 tiles and the run's stop out per 9 cycles in
+    yield Entry("MatMul", lambda r, c, d: MatMul(MatMulParams(r, c, d, 3, matmul_transpose_a=False)), matmul_runs,
+                family="compute", expected=matmul_expected, claimed_ii=3.0)
     # the accumulator emits its state at each closing stop: 8 elements in, 1 tile out
     yield Entry("Accum[add]", lambda r, c, d: Accum(AccumParams(r, c, d, 3)), reduce_("Accum"),
                 family="compute", claimed_ii=9.0)

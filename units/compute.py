@@ -240,7 +240,11 @@ class Map(StepUnit):
         return regs
 
     def configure(self, op_params, in_types):
-        p, owner = self.params, "Map"
+        return self.config_image(**self._config_values(op_params, in_types))
+
+    def _config_values(self, op_params, in_types) -> dict:
+        """The registers' values for a node with ``op_params`` (``fn``, ``n``) on inputs ``in_types``."""
+        p, owner = self.params, type(self).__name__
         f = as_fn(owner, op_params.get("fn"))
         if f.name not in p.fns:
             raise ParamError(f"{owner}: function {f.name!r} is not built into this unit (it has {list(p.fns)})")
@@ -256,7 +260,7 @@ class Map(StepUnit):
             raise ParamError(f"{owner}: {f} produces {want}, but the output port carries {p.out_tile}")
         values = {"fn": p.fns.index(f.name)}
         values.update(hf.reg_values(f, p.in0_tile, p.in1_tile if hf.arity == 2 else None))
-        return self.config_image(**values)
+        return values
 
     def _folded_matmul(self, m, a, b, out_tile, regs, phase):
         """``matmul_rows`` output rows per cycle: row group ``phase`` of ``a`` times ``b``; the earlier
@@ -273,15 +277,14 @@ class Map(StepUnit):
                     m.d.sync += [tile_elems(partial)[g * width + j].eq(v) for j, v in enumerate(group)]
         return [tile_elems(partial)[j] for j in range((passes - 1) * width)] + group
 
-    def elaborate(self, platform):
-        m = Module()
+    def _result(self, m):
+        """``(res, use1, phase)``: the selected function's result tile (combinational, with ``i0``'s valid
+        rows), whether it takes ``i1``, and a folded matmul's pass counter (None when not folded)."""
         p = self.params
-        self.regs.elaborate(m, self.cfg)
         regs = self.regs.signals
         i0, o = self.i0, self.o
         i1 = self.i1 if p.binary else None
         out_tile = p.out_tile
-
         a = TileVal.of(p.in0_tile, i0.payload.payload)
         b = TileVal.of(p.in1_tile, i1.payload.payload) if i1 is not None else None
         res = Signal(o.payload.payload.shape(), name="result")
@@ -302,6 +305,17 @@ class Map(StepUnit):
             # the result has i0's rows (a transpose_a matmul's rows are i0's columns: all valid)
             rows_of_i0 = ~regs["transpose_a"] if "transpose_a" in regs else Const(1)
             m.d.comb += res.short.eq(Mux(rows_of_i0, token_short(i0.payload.payload), 0))
+        return res, use1, phase
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        self.regs.elaborate(m, self.cfg)
+        regs = self.regs.signals
+        i0, o = self.i0, self.o
+        i1 = self.i1 if p.binary else None
+        passes = p.matmul_passes
+        res, use1, phase = self._result(m)
 
         out_free = ~o.valid | o.ready
         other = (i1.valid | ~use1) if i1 is not None else Const(1)

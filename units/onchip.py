@@ -105,7 +105,12 @@ class OnChipBuffer(StepUnit):
     the tiles at ``Σ idx_j · rstride_j`` over ``read_shape`` (``rcount0..``,
     ``rstride0..`` innermost first, in tiles), with the interpreter's block ends,
     including empty ``read_shape`` dims. A pattern reaching past the buffer reads
-    whatever the bank holds (the interpreter raises an error).
+    whatever the bank holds (the interpreter raises an error). Register
+    ``merge`` (``read_dims >= 2``) fuses a Flatten(0, ``merge``) of each
+    reading: the walk sends no close of level ``merge`` or below and spends no
+    cycle on them, and every level above comes ``merge`` lower (a matmul's
+    operand read ``[m, n, k]`` streams its ``n·k`` tiles per row without a
+    stop per ``k``-run; the sizes must not be 0).
 
     Transposed reads (``params.transpose``, register ``transpose``; Streamify
     ``transpose``, Bufferize rank 2): the writer counts each chunk's rows (its
@@ -148,14 +153,18 @@ class OnChipBuffer(StepUnit):
                for j in range(self.params.read_dims)]
             + [Reg(f"rstride{j}", 16, 0, signed=True, doc=f"read_stride (tiles), dim {j} from the innermost")
                for j in range(self.params.read_dims)] if self.params.read_dims else []) + (
+            [Reg("merge", (self.params.read_dims - 1).bit_length(), 0,
+                 doc="a fused Flatten(0, merge) of each reading: its inner closes up to this level not sent")]
+            if self.params.read_dims >= 2 else []) + (
             [Reg("transpose", 1, 0, doc="read each rank-2 buffer column by column at its own size")]
             if self.params.transpose else [])
 
     def configure(self, op_params, in_types, bindings=None):
-        """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None);
-        ``in_types``: ``in`` and, in ref mode, ``ref``."""
+        """``op_params``: the Bufferize node's ``rank`` plus the Streamify node's ``repeat`` (or None),
+        its read pattern, and ``merge``: the ``hi`` of a Flatten(0, hi) of the readings fused into the unit
+        (or None); ``in_types``: ``in`` and, in ref mode, ``ref``."""
         unknown = {k for k, v in op_params.items() if v is not None} - {
-            "rank", "repeat", "read_shape", "read_stride", "transpose"}
+            "rank", "repeat", "read_shape", "read_stride", "transpose", "merge"}
         if unknown:
             raise ParamError(f"OnChipBuffer: unsupported parameter(s) {sorted(unknown)}")
         b, rep = op_params["rank"], op_params.get("repeat")
@@ -178,6 +187,15 @@ class OnChipBuffer(StepUnit):
             read["n_read"] = len(shape)
             for j, (n, st) in enumerate(zip(reversed(shape), reversed(strides))):
                 read[f"rcount{j}"], read[f"rstride{j}"] = n, st
+        merge = op_params.get("merge")
+        if merge is not None:
+            if isinstance(merge, bool) or not isinstance(merge, int) or not 1 <= merge < read.get("n_read", 0) \
+                    or "transpose" in read:
+                raise ParamError(f"OnChipBuffer: a fused Flatten(0, {merge}) needs an affine read_shape of more "
+                                 f"than {merge} dims (got {shape}); it merges dims of one reading only")
+            if 0 in shape:
+                raise ParamError(f"OnChipBuffer: a fused Flatten needs read_shape sizes >= 1, got {shape}")
+            read["merge"] = merge
         r = in_types["in"].rank
         ref_t = in_types.get("ref")
         if (ref_t is not None) != self.params.ref:
@@ -193,7 +211,7 @@ class OnChipBuffer(StepUnit):
             if c < 0:
                 raise ParamError(f"OnChipBuffer: ref rank {ref_t.rank} below the buffer stream's rank {r - b}")
         mid = c if ref_t is not None else (0 if rep is None else 1)
-        out_rank = r - b + mid + (read["n_read"] if read else b)
+        out_rank = r - b + mid + (read["n_read"] - read.get("merge", 0) if read else b)
         if out_rank > self.params.max_rank:
             raise ParamError(f"OnChipBuffer: output rank {out_rank} exceeds max_rank {self.params.max_rank}")
         if rep is not None and rep < 1:
@@ -219,8 +237,10 @@ class OnChipBuffer(StepUnit):
             once = ~repeat_mode
         Dr = p.read_dims
         affine = (R["n_read"] != 0) if Dr else Const(0)
-        inner = Signal(sb)                      # dims of one reading: b (linear) or n_read (affine)
-        m.d.comb += inner.eq(Mux(affine, R["n_read"], b) if Dr else b)
+        # a fused Flatten(0, merge) of each reading: its closes up to ``merge`` are not sent, the rest shift down
+        merge = R["merge"] if Dr >= 2 else Const(0)
+        inner = Signal(sb)                      # dims of one reading: b (linear) or n_read - merge (affine)
+        m.d.comb += inner.eq(Mux(affine, R["n_read"] - merge, b) if Dr else b)
 
         m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
         wr = sram.write_port()
@@ -303,7 +323,8 @@ class OnChipBuffer(StepUnit):
                 cols_r = Mux(rb, t_cols[1], t_cols[0])
                 counts[:2] = [Mux(tr, rows_r, counts[0]), Mux(tr, cols_r, counts[1])]
                 strides[:2] = [Mux(tr, cols_r, strides[0]), Mux(tr, 1, strides[1])]
-            g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g")
+            g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g",
+                           merge=merge if Dr >= 2 else None)
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, g.acc[0], ridx))
         else:
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
@@ -380,9 +401,9 @@ class OnChipBuffer(StepUnit):
                         with m.Else():
                             m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
                             with m.If(g.complete & fold):
-                                m.d.comb += s1_tail.eq(g.close)
+                                m.d.comb += s1_tail.eq(g.close - merge)
                     with m.Else():
-                        m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend),
+                        m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend - merge),
                                      # a close inside the reading is followed by the next entry: at once
                                      s1_eager.eq(~g.pend_final | (eager_mode & once))]
                     with m.If(advance):

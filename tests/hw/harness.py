@@ -13,13 +13,15 @@ SEEDS = (0, 1, 2)
 
 def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int] | None = None,
                backend: str = "amaranth", seeds=SEEDS, p_gap: float = 0.3, p_drop: float = 0.3,
-               tensors=None, declare=None, name: str | None = None):
+               tensors=None, declare=None, name: str | None = None, expected: dict | None = None):
     """Run ``unit`` on ``inputs`` ({language port: (StreamType, tokens)}) with random valid gaps and
-    ready drops for each seed; compare every output port with the interpreter's ``kind`` operator.
+    ready drops for each seed; compare every output port with the interpreter's ``kind`` operator (or with
+    ``expected``, {language port: tokens}, for a unit that runs a chain of operators).
 
     Returns the cycle counts per seed.
     """
-    expected = run_operator(kind, inputs, tensors=tensors, declare=declare, **op_params)
+    if expected is None:
+        expected = run_operator(kind, inputs, tensors=tensors, declare=declare, **op_params)
     if config is None:  # what the mapper would write for this node
         config = unit.configure(op_params, {port: st for port, (st, _) in inputs.items()})
     packed = unit.pack_inputs(inputs)

@@ -16,8 +16,9 @@ from step_hdl.units.base import lang_port
 from step_hdl.units.catalog import CATALOG
 
 BACKENDS = ("amaranth", "verilator", "icarus")
-#: catalog units whose scenarios every back-end runs (a shape unit, routing, memory, compute, accumulation)
-UNITS = ("Reshape", "Partition", "LinearOffChipLoad", "OnChipBuffer", "Map[matmul]", "Accum[add]")
+#: catalog units whose scenarios every back-end runs (a shape unit, routing, memory, compute, accumulation, the
+#: matmul that accumulates)
+UNITS = ("Reshape", "Partition", "LinearOffChipLoad", "OnChipBuffer", "Map[matmul]", "Accum[add]", "MatMul")
 
 
 def _backend(name):

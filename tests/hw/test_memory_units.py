@@ -252,8 +252,8 @@ def test_random_store(sim_backend, shape, text, base):
 
 # ----------------------------------------------------------------------------- OnChipBuffer
 
-def buffer_reference(st, tokens, b, repeat, ref=None, read=None):
-    """Bufferize(rank b) -> Streamify(repeat or ref, read pattern) in the interpreter;
+def buffer_reference(st, tokens, b, repeat, ref=None, read=None, merge=None):
+    """Bufferize(rank b) -> Streamify(repeat or ref, read pattern) [-> Flatten(0, merge)] in the interpreter;
     ``ref`` = (StreamType, tokens), ``read`` = (read_shape, read_stride)."""
     g = Graph("buffer")
     src = g.source(st, data="x", name="src")
@@ -264,8 +264,10 @@ def buffer_reference(st, tokens, b, repeat, ref=None, read=None):
         ins["ref"] = g.source(ref[0], data="r", name="ref")
         streams["r"] = ref[1]
     shape, stride = read or (None, None)
-    out = g.add("Streamify", "sfy", ins, repeat=repeat, read_shape=shape, read_stride=stride)
-    g.output(out.out, name="y")
+    out = g.add("Streamify", "sfy", ins, repeat=repeat, read_shape=shape, read_stride=stride).out
+    if merge is not None:
+        out = g.flatten(out, 0, merge, name="flat")
+    g.output(out, name="y")
     return run(g, {}, streams).outputs["y"]
 
 
@@ -351,6 +353,59 @@ def test_onchip_buffer_affine(sim_backend, shape, text, b, repeat, ref, read):
         got, _ = run_scenario(unit, sc, sim_backend, "onchip_buffer_affine" + ("_ref" if ref else ""))
         got = fmt.unpack_all(got["o"])
         assert got == want, f"seed {seed}:\n got  {format_tokens(got, 80)}\n want {format_tokens(want, 80)}"
+
+
+BUFFER_MERGE_CASES = [
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, None, None, ([2, 2], [2, 1]), 1),          # a matmul operand's read
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, 2, None, ([2, 2], [0, 1]), 1),             # with a repeat
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, None, None, ([2, 2, 2], [0, 2, 1]), 1),    # three dims, merge 1
+    ((2, 4), "1 2 3 4 S1 5 6 7 8 S1 D", 1, None, None, ([2, 2, 2], [0, 2, 1]), 2),    # three dims, merge 2
+    ((2, 2, 2), "1 2 S1 3 4 S2 5 S1 6 7 S2 D", 2, None, None, ([2, 3], [1, 0]), 1),   # rank-2 buffers
+    ((2, 3), "1 2 3 S1 4 5 6 S1 D", 1, None, (ints(2, L), _refs(2, [[7, 7], [7]])), ([2, 2], [1, 1]), 1),  # ref
+]
+
+
+@pytest.mark.parametrize("shape, text, b, repeat, ref, read, merge", BUFFER_MERGE_CASES)
+def test_onchip_buffer_fused_flatten(sim_backend, shape, text, b, repeat, ref, read, merge):
+    """A Flatten(0, merge) of each reading fused into the buffer: the tokens of Streamify -> Flatten, and
+    the closes it drops cost no cycle (exactly as many cycles fewer as the unfused read has stops more)."""
+    st = tiles(2, 2, *shape, dt="int16")
+    tokens = tile_tokens(text)
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
+                                           ref=ref is not None, read_dims=3))
+    want = buffer_reference(st, tokens, b, repeat, ref, read, merge)
+    unfused = buffer_reference(st, tokens, b, repeat, ref, read)
+    in_types = {"in": st} | ({"ref": ref[0]} if ref else {})
+    op = {"rank": b, "repeat": repeat, "read_shape": read[0], "read_stride": read[1]}
+    fmt = unit.fmt("o")
+    inputs = {"i": fmt.pack_all(tokens)} | ({"i_ref": unit.fmt("i_ref").pack_all(ref[1])} if ref else {})
+    cycles = {}
+    for m in (merge, None):
+        config = unit.configure(op | {"merge": m}, in_types)
+        for seed in SEEDS if m else (0,):
+            sc = Scenario(inputs, {"o": fmt.done_bit}, config, seed=seed, **({} if seed else dict(p_gap=0, p_drop=0)))
+            got, n = run_scenario(unit, sc, sim_backend, "onchip_buffer_merge" + ("_ref" if ref else ""))
+            got = fmt.unpack_all(got["o"])
+            assert got == (want if m else unfused), (f"merge {m} seed {seed}:\n got  {format_tokens(got, 80)}\n"
+                                                     f" want {format_tokens(want, 80)}")
+            if not seed:
+                cycles[m] = n
+    dropped = sum(1 for t in unfused if t.stop) - sum(1 for t in want if t.stop)
+    assert dropped > 0 and cycles[None] - cycles[merge] == dropped
+
+
+def test_onchip_buffer_fused_flatten_errors():
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, read_dims=2))
+    unit._MustUse__silence = True                   # built only to check configure(): never elaborated
+    st = tiles(2, 2, 2, 4, dt="int16")
+    op = {"rank": 1, "repeat": None, "read_shape": [2, 2], "read_stride": [1, 1]}
+    with pytest.raises(ParamError, match=r"a fused Flatten\(0, 2\) needs an affine read_shape of more than 2 "
+                                         r"dims \(got \[2, 2\]\)"):
+        unit.configure(op | {"merge": 2}, {"in": st})
+    with pytest.raises(ParamError, match=r"a fused Flatten needs read_shape sizes >= 1, got \[2, 0\]"):
+        unit.configure(op | {"read_shape": [2, 0], "merge": 1}, {"in": st})
+    with pytest.raises(ParamError, match=r"a fused Flatten\(0, 1\) needs an affine read_shape"):
+        unit.configure({"rank": 1, "repeat": 2, "merge": 1}, {"in": st})
 
 
 @pytest.mark.parametrize("k", range(4))

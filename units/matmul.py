@@ -1,0 +1,139 @@
+"""The output-stationary matmul unit: ``Map(matmul) -> Reshape(0, k) -> Accum(add, rank 1)`` as one unit.
+
+A lowered matmul multiplies one pair of physical tiles per cycle and sums
+each output tile's ``k`` products. As three units (:class:`~step_hdl.units.compute.Map`,
+:class:`~step_hdl.units.shape.Reshape`, :class:`~step_hdl.units.compute.Accum`)
+the reduction is closed by a stop token after every ``k`` products, and a stop
+is a transfer of its own: the multipliers idle one cycle in ``k + 1``. Here
+the unit keeps the running sum in a register and counts the products itself
+(register ``k``), so its operand streams need no stop between output tiles
+(the on-chip buffers that re-read the operands fuse the matching Flatten,
+:class:`~step_hdl.units.onchip.OnChipBuffer` register ``merge``) and it
+multiplies on every cycle an operand pair is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal
+
+from .compute import Map, MapParams, _reject
+from .config import Reg
+from .functions import TileVal, update_elems
+from .layout import has_short, tile_elems
+from .params import ParamError, positive
+
+__all__ = ["MatMulParams", "MatMul"]
+
+
+@dataclass(frozen=True)
+class MatMulParams(MapParams):
+    """Structural parameters of a :class:`MatMul` unit: those of a Map built for ``matmul`` alone (operand
+    tiles, ``matmul_rows`` folding, ``matmul_transpose_a``) and ``k_bits``, the width of the products-per-output
+    register."""
+
+    fns: tuple = ("matmul",)
+    k_bits: int = 16
+
+    def validate(self):
+        if self.fns != ("matmul",):
+            raise ParamError(f"{self.owner}: fns must be ('matmul',), got {self.fns!r}")
+        positive(self.owner, "k_bits", self.k_bits)
+        super().validate()
+
+
+class MatMul(Map):
+    """``o`` = the sum of every ``k`` consecutive products ``i0 @ i1`` (int32, wrapping), one tile per ``k``.
+
+    Token for token what ``Accum(Reshape(Map([i0, i1], matmul), 0, k), add, zeros, rank=1)`` gives: a data
+    pair is multiplied (the :class:`~step_hdl.units.compute.Map` datapath, folding included) and added to
+    the running sum; the ``k``-th leaves as an output tile with ``i0``'s valid rows and the sum restarts.
+    A stop ``S_j`` or done on the inputs (taken from both, in lockstep) passes as it is: after a Flatten of
+    the ``k`` dimension into the one above, the Reshape's new level and the Accum's reduction cancel. A stop
+    that closes an empty run (no pair since the previous stop or the stream's start) first sends a zero
+    tile, as the Accum does for the empty chunk the Reshape then closes (a cycle more). The
+    mapper runs it where a lowered graph has that chain; the inputs' runs must be multiples of ``k`` (the
+    interpreter's Reshape checks that; a stop inside a run restarts the sum, the hardware reports nothing).
+
+    Registers: those of the Map (``fn``, ``transpose``, ``transpose_a``) and ``k`` (products per output,
+    >= 1).
+
+    Latency 1 from the ``k``-th pair to its output tile (registered; ``M/g`` for a folded matmul). II 1 per
+    input token (pair or stop); only a token that makes an output (the ``k``-th pair, a stop, done) waits
+    for the output register. Combinational: ``i0.ready``/``i1.ready`` from the other input's valid, ``i0``'s
+    stop level, the product counter and ``o.ready``; data and valid are registered (the products and their
+    sum are evaluated in front of the state and output registers).
+    """
+
+    kind = "MatMul"
+
+    def __init__(self, params: MatMulParams):
+        if not isinstance(params, MatMulParams):
+            _reject(self, ParamError(f"MatMul: params must be MatMulParams, got {type(params).__name__}"))
+        super().__init__(params)
+
+    def registers(self):
+        return super().registers() + [Reg("k", self.params.k_bits, 1, doc="products summed per output tile")]
+
+    def configure(self, op_params, in_types):
+        """``op_params``: the Map node's ``fn`` and ``n``, and ``k``, the Reshape's chunk."""
+        k = op_params.get("k")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < 1 << self.params.k_bits:
+            raise ParamError(f"MatMul: k (products per output tile) must be an integer in 1..."
+                             f"{(1 << self.params.k_bits) - 1} (k_bits {self.params.k_bits}), got {k!r}")
+        values = self._config_values(op_params, in_types)
+        return self.config_image(k=k, **values)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        self.regs.elaborate(m, self.cfg)
+        regs = self.regs.signals
+        i0, i1, o = self.i0, self.i1, self.o
+        res, _, phase = self._result(m)
+        out = p.out_tile
+
+        count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
+        state = Signal(o.payload.payload.shape(), name="sum")
+        fresh = count == 0
+        prev = TileVal.of(out, state)
+        zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
+        total = Signal(o.payload.payload.shape(), name="total")
+        m.d.comb += [tile_elems(total)[j].eq(v)
+                     for j, v in enumerate(update_elems("add", zero_or_prev, TileVal.of(out, res)))]
+        if has_short(total):
+            m.d.comb += total.short.eq(res.short)
+
+        is_data = ~i0.payload.done & (i0.payload.stop == 0)
+        run_open = Signal()             # a pair was taken since the last stop (or the start)
+        empty = ~is_data & ~i0.payload.done & ~run_open     # a stop closing an empty run: a zero tile first
+        last = count == regs["k"] - 1
+        makes_output = ~is_data | last
+        free = ~makes_output | ~o.valid | o.ready
+        if phase is not None:
+            # a folded matmul holds its operands for its passes; the sum takes the finished product
+            folding = is_data & (phase != p.matmul_passes - 1)
+            with m.If(folding & i0.valid & i1.valid):
+                m.d.sync += phase.eq(phase + 1)
+            free = free & ~folding
+        step = free & i0.valid & i1.valid
+        fire = step & ~empty
+        m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
+        if phase is not None:
+            with m.If(fire):
+                m.d.sync += phase.eq(0)
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        with m.If(step & empty):
+            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0),
+                         run_open.eq(1)]
+        with m.If(fire):
+            with m.If(is_data & ~last):
+                m.d.sync += [state.eq(total), count.eq(count + 1)]
+            with m.Else():
+                m.d.sync += [count.eq(0), o.valid.eq(1), o.payload.stop.eq(i0.payload.stop),
+                             o.payload.done.eq(i0.payload.done),
+                             o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
+            m.d.sync += run_open.eq(is_data)
+        return m
