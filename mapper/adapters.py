@@ -1,12 +1,13 @@
 """One adapter per unit kind: how a lowered graph's node becomes a hardware unit.
 
 An :class:`Adapter` knows, for the node kinds its unit runs, the unit's
-structural parameters on a fabric (:meth:`Adapter.params`), which nodes the
-unit runs (a Bufferize and its Streamify share one on-chip buffer) and the
-unit's configuration image for a node (:meth:`Adapter.configure`).
-:func:`adapter_for` finds a node's adapter; :func:`unit_class` a unit class by
-the name a :class:`~step_hdl.mapper.design.UnitSpec` records. Nothing else in the
-mapper dispatches on a node kind or a unit class name.
+structural parameters on a fabric (:meth:`Adapter.params`) and the unit's
+configuration image for a node (:meth:`Adapter.configure`); which nodes one
+unit runs (a buffer with its Streamify and fused Flatten, a MatMul chain) is
+:mod:`step_hdl.mapper.fusion`'s rule. :func:`adapter_for` finds the adapter of
+a unit's first node; :func:`unit_class` a unit class by the name a
+:class:`~step_hdl.mapper.design.UnitSpec` records. Nothing else in the mapper
+dispatches on a node kind or a unit class name.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 import sympy
 
 from step_hdl.types import Selector, Tile
-from step_hdl.units import compute, offchip, onchip, routing, shape, source
+from step_hdl.units import compute, matmul, offchip, onchip, routing, shape, source
 from step_hdl.units.functions import HW_FUNCTIONS
 from step_hdl.units.params import StreamParams
 
 from .fabric import FabricError, buffer_entries, buffer_tile_bytes
+from .fusion import buffer_flatten, matmul_chain
 
 
 @dataclass
@@ -66,10 +68,6 @@ class Adapter:
 
     def params(self, node, graph, fab, bindings=None):
         raise NotImplementedError
-
-    def nodes(self, node, graph) -> tuple:
-        """Names of the nodes the unit runs (the first is ``node``)."""
-        return (node.name,)
 
     def configure(self, unit, node, graph, ctx: ConfigContext) -> list[int]:
         return unit.configure(dict(node.params), _in_types(node))
@@ -126,9 +124,6 @@ class BufferAdapter(Adapter):
                               f"exactly one Streamify (found {[c for c, _ in users]})")
         return graph.nodes[users[0][0]]
 
-    def nodes(self, node, graph):
-        return (node.name, self.streamify(node, graph).name)
-
     def params(self, node, graph, fab, bindings=None):
         sf = self.streamify(node, graph)
         t = _tile(node.t("in"), f"Bufferize '{node.name}'")
@@ -148,8 +143,10 @@ class BufferAdapter(Adapter):
 
     def configure(self, unit, node, graph, ctx):
         sf = self.streamify(node, graph)
+        flat = buffer_flatten(graph, sf)
         op = {"rank": node.p("rank"), "repeat": sf.params.get("repeat"), "read_shape": sf.params.get("read_shape"),
-              "read_stride": sf.params.get("read_stride"), "transpose": sf.params.get("transpose")}
+              "read_stride": sf.params.get("read_stride"), "transpose": sf.params.get("transpose"),
+              "merge": flat.p("hi") if flat is not None else None}
         in_types = _in_types(node)
         if sf.inputs.get("ref") is not None:
             in_types["ref"] = sf.inputs["ref"].type
@@ -185,6 +182,24 @@ class MapAdapter(Adapter):
 
     def configure(self, unit, node, graph, ctx):
         return unit.configure({"fn": node.p("fn"), "n": node.p("n")}, _in_types(node))
+
+
+class MatMulAdapter(MapAdapter):
+    """``Map(matmul) -> Reshape(0, k) -> Accum(add, zeros, rank 1)``: one output-stationary MatMul unit."""
+
+    kinds = ()
+    units = {"MatMul": matmul.MatMul}
+
+    def unit_name(self, node):
+        return "MatMul"
+
+    def params(self, node, graph, fab, bindings=None):
+        p = super().params(node, graph, fab, bindings)
+        return matmul.MatMulParams(**{f: getattr(p, f) for f in p.__dataclass_fields__})
+
+    def configure(self, unit, node, graph, ctx):
+        runs, _ = matmul_chain(graph, node)
+        return unit.configure({"fn": node.p("fn"), "n": node.p("n"), "k": runs.p("chunk")}, _in_types(node))
 
 
 class IndexFunctionAdapter(MapAdapter):
@@ -291,7 +306,7 @@ class FlatMapAdapter(Adapter):
         return compute.FlatMapParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, fn=node.p("fn").name)
 
 
-ADAPTERS = (LoadAdapter(), OffChipAdapter(), BufferAdapter(), MapAdapter(), IndexFunctionAdapter(),
+ADAPTERS = (LoadAdapter(), OffChipAdapter(), BufferAdapter(), MapAdapter(), MatMulAdapter(), IndexFunctionAdapter(),
             AccumAdapter(), BroadcastAdapter(), RoutingAdapter(), ShapeAdapter(), SourceAdapter(), FlatMapAdapter())
 _BY_KIND = {k: a for a in ADAPTERS for k in a.kinds}
 _BY_UNIT = {name: a for a in ADAPTERS for name in a.units}
@@ -302,8 +317,11 @@ def mapped_kinds() -> list[str]:
     return sorted(_BY_KIND)
 
 
-def adapter_for(node) -> Adapter | None:
-    """The adapter of ``node`` (``None`` if no unit runs its kind)."""
+def adapter_for(node, unit_kind: str | None = None) -> Adapter | None:
+    """The adapter of the unit that ``node`` heads (``unit_kind``: :func:`step_hdl.mapper.fusion.units`' kind
+    of it; ``None`` if no unit runs its kind)."""
+    if unit_kind == "MatMul":
+        return _BY_UNIT["MatMul"]
     if node.kind == "Map" and node.p("fn").name in IndexFunctionAdapter.FUNCTIONS:
         return _BY_UNIT["SelIndex"]
     return _BY_KIND.get(node.kind)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fabric import NO_UNIT, Fabric, FabricError, needed_units
+from .fabric import Fabric, FabricError, needed_units
+from .fusion import unit_label, units
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,9 @@ class Binding:
 
 
 def needed_units_from(instances) -> dict:
+    """Units of each kind the binding uses (a unit that runs a chain of nodes once)."""
     out: dict = {}
-    for kind, _ in instances.values():
+    for kind, _ in set(instances.values()):
         out[kind] = out.get(kind, 0) + 1
     return out
 
@@ -53,17 +55,21 @@ def bind(graph, fabric: Fabric) -> Binding:
     for kind, n in sorted(need.items()):
         have = fabric.units.get(kind, 0)
         if n > have:
-            names = [x.name for x in graph.nodes.values() if x.kind == kind]
+            names = [unit_label(k, nodes) for k, nodes in units(graph).values() if k == kind] or \
+                [x.name for x in graph.nodes.values() if x.kind == kind]
             problems.append(f"the graph needs {n} {kind} unit(s) ({', '.join(names[:6])}"
                             f"{', ...' if len(names) > 6 else ''}); the fabric has {have}")
     if problems:
         raise FabricError("graph does not fit the fabric:\n  " + "\n  ".join(problems))
     counters: dict[str, int] = {}
     instances = {}
-    for node in graph.nodes.values():
-        if node.kind in NO_UNIT:
-            continue
-        k = counters.get(node.kind, 0)
-        counters[node.kind] = k + 1
-        instances[node.name] = (node.kind, k)
+
+    def instance(kind):
+        counters[kind] = counters.get(kind, 0) + 1
+        return kind, counters[kind] - 1
+
+    for kind, nodes in units(graph).values():
+        unit = instance(kind)
+        for name in nodes:      # a buffer's Streamify is counted as a unit of its own, as fabrics list them
+            instances[name] = instance("Streamify") if graph.nodes[name].kind == "Streamify" else unit
     return Binding(fabric, instances)

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from step_hdl.errors import StepError
 from step_hdl.types import DTYPES, concrete, dyn, substitute
 
-#: operator kinds that need no hardware unit of their own
-NO_UNIT = {"Output", "Feedback"}
+from .fusion import counted_kinds
 
 
 class FabricError(StepError):
@@ -136,12 +135,9 @@ class Fabric:
 
 
 def needed_units(graph) -> dict[str, int]:
-    """Units of each kind a (lowered) graph needs: one per node."""
-    need: dict[str, int] = {}
-    for node in graph.nodes.values():
-        if node.kind not in NO_UNIT:
-            need[node.kind] = need.get(node.kind, 0) + 1
-    return need
+    """Units of each kind a (lowered) graph needs: one per node, but one per fused chain
+    (:mod:`step_hdl.mapper.fusion`: a buffer's Flatten and a matmul's runs are in its unit)."""
+    return counted_kinds(graph)
 
 
 def static_size(expr, bindings, what) -> int:

@@ -1,9 +1,10 @@
 """Planning: a lowered, bound graph to the :class:`~step_hdl.mapper.design.Design` and
 :class:`~step_hdl.mapper.design.Program` that run it.
 
-:func:`plan` makes one unit per node (through the node's adapter,
-:mod:`step_hdl.mapper.adapters`), one FIFO per edge (depths from
-:mod:`step_hdl.mapper.fifo`) and the sinks of Output nodes; :func:`configure`
+:func:`plan` makes one unit per node, or per chain of nodes that one unit runs
+(:mod:`step_hdl.mapper.fusion`), through the first node's adapter
+(:mod:`step_hdl.mapper.adapters`), one FIFO per edge between units (depths
+from :mod:`step_hdl.mapper.fifo`) and the sinks of Output nodes; :func:`configure`
 lays out the off-chip tensors and collects every unit's configuration writes.
 """
 
@@ -19,9 +20,10 @@ from .design import OFFCHIP, Design, EdgeSpec, Program, SinkSpec, UnitSpec, buil
     tile_bytes
 from .fabric import Fabric, FabricError, static_size
 from .fifo import UNBOUNDED, edge_depth, fifo_depths, join_inputs
+from .fusion import unit_label, units as fused_units
 
-#: node kinds that are not units of their own: the buffer read (inside the Bufferize's OnChipBuffer), the
-#: top level's sink ports and the wires that close cycles
+#: node kinds that head no unit: a buffer read (inside the Bufferize's OnChipBuffer, never first), the top
+#: level's sink ports and the wires that close cycles
 NOT_UNITS = ("Streamify", "Output", "Feedback")
 
 
@@ -54,8 +56,9 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     for node in graph.topological_order():
         if node.kind in NOT_UNITS:
             _check_not_unit(node)
-            continue
-        adapter = adapter_for(node)
+    for head, (kind, nodes) in fused_units(graph).items():
+        node = graph.nodes[head]
+        adapter = adapter_for(node, kind)
         if adapter is None:
             raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "
                               f"this operator yet (it has {', '.join(mapped_kinds())}, Streamify)")
@@ -63,7 +66,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             params = adapter.params(node, graph, fabric, bindings)
         except ParamError as exc:
             raise FabricError(f"{node.kind} '{node.name}': no unit can run it on this fabric: {exc}") from None
-        u = UnitSpec(node.name, adapter.unit_name(node), params, adapter.nodes(node, graph))
+        u = UnitSpec(unit_label(kind, nodes), adapter.unit_name(node), params, nodes)
         units.append(u)
         for n in u.nodes:
             node_unit[n] = u
@@ -73,8 +76,8 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     made = {u.name: make_unit(u) for u in units}
     for ref, consumer, port in graph.edges():
         cnode = graph.nodes[consumer]
-        if ref.node.kind == "Bufferize" or cnode.kind == "Feedback":
-            continue        # inside the OnChipBuffer; the cycle's edge is made from its consumer's side
+        if cnode.kind == "Feedback":
+            continue        # the cycle's edge is made from its consumer's side
         while ref.node.kind == "Feedback":
             ref = ref.node.inputs["in"]
         src_u = node_unit[ref.node.name]
@@ -82,6 +85,8 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             sinks.append(SinkSpec(cnode.name, src_u.name, hw_port(ref.port, True)))
             continue
         dst_u = node_unit[consumer]
+        if dst_u is src_u and consumer in dst_u.nodes[1:]:
+            continue        # inside a unit (a buffer's handle, a fused chain's own stream)
         dport = "i_ref" if cnode.kind == "Streamify" and port == "ref" else hw_port(port, False)
         sport = hw_port(ref.port, True)
         sfmt, dfmt = _port_fmt(made[src_u.name], sport), _port_fmt(made[dst_u.name], dport)

@@ -12,8 +12,10 @@ fabric's physical tile, as the STeP paper does for its HDL validation:
   tiles wide becomes ``q·(R/P)·G' + r·(C/P)`` over the physical grid ``G'``);
 * a logical matmul ``[m, k] x [k, n]`` buffers both operands on chip
   (Bufferize), re-reads them in output order (Streamify with an affine
-  pattern ``[m/P, n/P, k/P]``), multiplies physical tiles and accumulates
-  over ``k/P`` (Accum);
+  pattern ``[m/P, n/P, k/P]``, flattened to ``[m/P, n/P·k/P]``), multiplies
+  physical tiles and accumulates each run of ``k/P`` products (Reshape into
+  runs, Accum): the mapper fuses the chain into one MatMul unit and each read
+  with its Flatten, so no stop separates the runs on the wires;
 * element-wise functions apply tile by tile;
 * an Accum over logical tiles keeps one physical-tile state per position
   (Accum with ``keep=2``).
@@ -206,7 +208,9 @@ def counted_streams(graph: Graph, P: int) -> frozenset:
 ROWS, BLOCKS = "rows", "blocks"
 
 
-def _row_blocks(rows: int, P: int, cut) -> int:
+def row_blocks(rows: int, P: int, cut) -> int:
+    """Row blocks of a tile of ``rows`` rows as the lowering cuts them (``cut``: :data:`ROWS`, :data:`BLOCKS`
+    or by the count): ``P``-row blocks, or single rows."""
     if cut == BLOCKS:
         return -(-int(rows) // P)
     return int(rows) if cut == ROWS else _cut(rows, P)[1]
@@ -217,7 +221,7 @@ def physical_tiles(rows: int, cols: int, P: int, cut=None) -> int:
     """Physical tiles (stream tokens) of a ``[rows, cols]`` tile after lowering to ``P``: its row blocks
     (``cut``: :data:`ROWS`, :data:`BLOCKS` or by the count) times ``ceil(cols / P)`` column pieces. The
     approximate model uses this to count transfers like the RTL."""
-    return _row_blocks(rows, P, cut) * -(-int(cols) // P)
+    return row_blocks(rows, P, cut) * -(-int(cols) // P)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -225,7 +229,7 @@ def stream_tokens(rows: int, cols: int, P: int, cut=None) -> int:
     """Tokens a ``[rows, cols]`` tile takes on a lowered stream: its physical tiles plus the stop that
     closes each block row (``[..., rb, cb]``: ``cb`` tiles, then a stop), one per row for row tiles.
     Every token is one transfer, so this is what a stream of such tiles costs in cycles."""
-    return physical_tiles(rows, cols, P, cut) + _row_blocks(rows, P, cut)
+    return physical_tiles(rows, cols, P, cut) + row_blocks(rows, P, cut)
 
 
 def _phys(tile: Tile, P: int, where: str):
@@ -586,9 +590,20 @@ class _Lowering:
         b_stride = [0, kb, 1] if tb else [0, 1, nb]
         b_rd = self.g.streamify(self.g.bufferize(b, 2, name=f"{pre}_buf_b"), read_shape=[mb, nb, kb],
                                 read_stride=b_stride, name=f"{pre}_read_b")
-        prod = self.g.map([a_rd, b_rd], f, name=f"{pre}_tiles")
-        acc_t = prod.type.dtype.dtype.name
-        return self.g.accum(prod, "add", fn("zeros", rows=self.P, cols=self.P, dtype=acc_t), rank=1, name=pre)
+        return self._k_runs(a_rd, b_rd, f, kb, pre)
+
+    def _k_runs(self, a_rd, b_rd, f, kb, pre):
+        """The products of operand reads ``[..., nb, kb]`` summed over each ``kb``-run: the reads flattened to
+        ``[..., nb·kb]``, their products cut into runs again (Reshape) and accumulated. The mapper runs the
+        chain as one MatMul unit that counts the runs itself and each buffer with its Flatten, so no stop
+        token separates the runs: the array multiplies on every cycle, not ``kb`` in ``kb + 1``."""
+        a_fl = self.g.flatten(a_rd, 0, 1, name=f"{pre}_flat_a")
+        b_fl = self.g.flatten(b_rd, 0, 1, name=f"{pre}_flat_b")
+        prod = self.g.map([a_fl, b_fl], f, name=f"{pre}_tiles")
+        t = prod.type.dtype
+        runs = self.g.reshape(prod, 0, kb, name=f"{pre}_runs")
+        return self.g.accum(runs, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
+                            rank=1, name=pre)
 
     def _row_broadcast(self, node, ins, phys):
         """``[N, C] . [1, C]`` with ``N`` rows of row tiles: the rows are buffered whole until the ``[1, C]``
@@ -700,10 +715,7 @@ class _Lowering:
                                 read_stride=[0, 1], name=f"{pre}_read_a")
         b_rd = self.g.streamify(self.g.bufferize(b, 2, name=f"{pre}_buf_b"), ref=rows, read_shape=[nb, kb],
                                 read_stride=[1, nb], name=f"{pre}_read_b")
-        prod = self.g.map([a_rd, b_rd], f, name=f"{pre}_tiles")
-        t = prod.type.dtype
-        return self.g.accum(prod, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
-                            rank=1, name=pre)
+        return self._k_runs(a_rd, b_rd, f, kb, pre)
 
     def _Accum(self, node):
         upd, init = node.p("update"), node.p("init")

@@ -22,14 +22,17 @@ fabric:
   whole (a static matmul operand, a ``[1, C]`` vector broadcast over rows)
   gate the start. Other tiles are store-and-forward;
 * a Map or Accum element costs ``max(input tiles, compute cycles, output
-  tiles)``; a matmul unit multiplies one pair of physical tiles per cycle
-  (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is not a multiple
-  of ``P``: ``P³`` MACs per cycle on full tiles) and passes the stop closing
-  each output tile's ``k/P`` products as a token of its own (one cycle per
-  output tile more), element-wise units one physical tile per cycle; a static
-  matmul's output pieces leave one by one, the first ``k/P + 1`` cycles after
-  it starts (:meth:`Model.output_lead`), so an element-wise consumer
-  processes them as they come;
+  tiles)``; a matmul unit (``units.matmul``) multiplies one pair of physical
+  tiles per cycle (``[m/P, k/P, n/P]`` products, ``m`` row tiles when ``m`` is
+  not a multiple of ``P``: ``P³`` MACs per cycle on full tiles) and counts
+  each output tile's ``k/P`` products itself, so only the stop closing each
+  block row of its operands' reads costs a cycle; element-wise units one
+  physical tile per cycle; a matmul's output pieces leave one by one;
+* a matmul's first operand is re-read from an on-chip buffer that streams
+  (``units.onchip``: an entry is read once written), so the matmul starts on
+  that operand's first piece (its second operand, re-read column by column, it
+  needs whole) and ends no earlier than the last row's other ``n/P - 1``
+  output tiles after the operand's last piece (:meth:`Model.stream_tail`);
 * an edge's FIFO holds ``depth`` lowered tokens, as the RTL's: a logical tile
   takes as many places as its physical tiles (:func:`stream_tokens`); one of
   more pieces than ``depth`` enters an empty FIFO only and holds its producer
@@ -84,8 +87,8 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, counted_streams, in_row_blocks, physical_tiles,
-                                    row_tiled, stream_tokens)
+from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, row_blocks, counted_streams, in_row_blocks,
+                                    physical_tiles, row_tiled, stream_tokens)
 
 from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -191,7 +194,6 @@ class TimedPorts(Ports):
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
         self.out_cut = model._node_info(node)[2]    # how the lowering cuts its output tiles' rows
-        self.lead = model.output_lead(node)
         self.tail = model.stream_tail(node)
         self.blocks = model.block_buffer(node)     # packing or unpacking P-row blocks: its buffer's timing
         self._pieces_of: dict = {}  # lowered tokens per payload shape
@@ -303,12 +305,7 @@ class TimedPorts(Ports):
         else:
             begin = self.avail if is_data and self.avail > now else now
             end = begin + cost
-            lead = self.lead
-            if is_data and lead is not None and lead < cost:
-                # the pieces leave one by one: the token goes out with its first piece, stamped with its last
-                yield ("delay", begin + lead - now)
-            else:
-                yield ("delay", end - now)
+            yield ("delay", end - now)
         outs = self.outs
         need = self._pieces(tok)
         for port in ports:
@@ -644,6 +641,11 @@ class Model:
         types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
         if node.kind in BUFFERING:
             return False, set()
+        if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a") \
+                and not any(map(rows_cut, types)):
+            # its first operand's on-chip buffer streams (an affine reading follows the writes of the block
+            # being written): it starts on the first piece; the second, re-read column by column, it needs whole
+            return True, {"in0"}
         if not any(map(rows_cut, types)):
             # static tiles: an element-wise map or a broadcast passes the P x P pieces of a logical tile on
             # one by one too (the lowered stream is [..., R/P, C/P] of pieces); an operand of another shape
@@ -682,34 +684,20 @@ class Model:
         return None
 
     def stream_tail(self, node) -> int:
-        """Cycles a cut-through unit's output goes on after its streamed input's last piece: a matmul of
-        row tiles or of packed ``P``-row blocks buffers each row (block row) whole, its ``K/P`` tiles, and
-        then makes that row's ``N/P`` output tiles of ``K/P`` products and a stop each (the lowered split
-        and the buffer's write a register each, the buffer's start 2 cycles, the Accum's output register
-        1 and its FIFO 1); 0 for every other node (its last piece leaves one cycle after its input's)."""
+        """Cycles a cut-through unit's output goes on after its streamed input's last piece: a matmul's first
+        operand is read from an on-chip buffer that streams (``units.onchip``: each entry once written), a
+        row (block row, or ``P``-row block of a static tile) ``N/P`` times for its output tiles of ``K/P``
+        products each, so after the last row's last piece it still makes that row's other ``N/P - 1``
+        output tiles (the buffer's write and read 3 cycles, and for row tiles the lowered split's register);
+        0 for every other node (its last piece leaves one cycle after its input's)."""
         if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
             return 0
         a, b = node.t("in0").dtype, node.t("in1").dtype
-        if not (self.P and isinstance(a, Tile) and isinstance(b, Tile) and row_tiled(a.rows, self.P)
-                and b.rows.is_Integer and b.cols.is_Integer):
+        if not (self.P and isinstance(a, Tile) and isinstance(b, Tile) and b.rows.is_Integer
+                and b.cols.is_Integer):
             return 0
         kb, nb = -(-int(b.rows) // self.P), -(-int(b.cols) // self.P)
-        return 4 + nb * (kb + 1)
-
-    def output_lead(self, node):
-        """Cycles from a static matmul's start to its first output piece (``k/P`` products and the stop that
-        closes them: the lowered Accum then emits that ``P x P`` tile, and the next output's products
-        follow), ``None`` for every other node: it sends a tile when the tile is done. Its consumers see
-        the token then, stamped with when its last piece leaves, so an element-wise consumer (cut-through)
-        processes the pieces as they come, as in the RTL."""
-        if node.kind != "Map" or node.p("fn").name != "matmul" or node.p("fn").param("transpose_a"):
-            return None
-        a = node.t("in0").dtype
-        types = [a, node.t("in1").dtype] + [st.dtype for st in node.out_types.values()]
-        if not (isinstance(a, Tile) and all(isinstance(t, Tile) and t.rows.is_Integer and t.cols.is_Integer
-                                            for t in types)):
-            return None
-        return -(-int(a.cols) // self.P) + 1
+        return (4 if row_tiled(a.rows, self.P) else 3) + (nb - 1) * kb
 
     def cost(self, node, tok, inputs=None) -> int:
         """Cycles to produce ``tok``; ``inputs``: the data tokens just taken per input port (their actual
@@ -746,9 +734,10 @@ class Model:
                 # aᵀ·b with a dynamic inner size: one outer product of [1, P] rows per row pair
                 return physical_tiles(k, m, self.P, None if inner.is_Integer else ROWS) * -(-n // self.P)
             # one pair of physical tiles per cycle: [m/P (or m row tiles), k/P, n/P] products, and the stop
-            # that closes each output tile's k/P products (the lowered product stream is [m/P, n/P, k/P])
+            # that closes each block row (the MatMul unit counts each output tile's k/P products itself: its
+            # operands are read [m/P, n/P·k/P])
             return (physical_tiles(m, k, self.P, cut) * -(-n // self.P)
-                    + physical_tiles(m, n, self.P, cut))
+                    + row_blocks(m, self.P, cut))
         shape = tok.payload.shape if hasattr(tok.payload, "shape") else (1, 1)
         return physical_tiles(shape[0], shape[1], self.P, cut)
 

@@ -77,8 +77,8 @@ def test_sim_json_on_amaranth(capsys):
     assert code == 0 and rep["outputs_match"] and rep["status"] == "done"
     assert rep["offchip_bytes"] == rep["reference_offchip_bytes"] == 2 * (16 * 8 * 64 // 16 + 3 * 2 * 8 * 64 + 16 * 8)
     assert rep["cycles"] > 0 and rep["model_cycles"] > 0 and 0 < rep["bandwidth_fraction"] < 1
-    assert set(rep["utilization"]["gate_proj_tiles"]) == {"active", "stalled", "finish"}
-    assert 0 < rep["utilization"]["gate_proj_tiles"]["finish"] <= rep["cycles"]
+    assert set(rep["utilization"]["gate_proj"]) == {"active", "stalled", "finish"}
+    assert 0 < rep["utilization"]["gate_proj"]["finish"] <= rep["cycles"]
     assert rep["bound"]["binding"] in ("compute", "dram", "port") and 0 < rep["bound"]["cycles"] <= rep["cycles"]
     assert rep["bound"]["fraction"] == round(rep["bound"]["cycles"] / rep["cycles"], 4)
 
@@ -88,6 +88,6 @@ def test_build_writes_the_files_and_fp32_is_refused(capsys, tmp_path):
                            "--tile-b", "8", "--tile-inter", "16", "-o", str(tmp_path / "b"), "--json")
     rep = json.loads(out)
     assert code == 0 and (tmp_path / "b" / "run.py").exists() and (tmp_path / "b" / "harness.v").exists()
-    assert len(rep["units"]) == 25 and rep["config_writes"] > 0
+    assert len(rep["units"]) == 22 and rep["config_writes"] > 0
     code, _, err = run_cli(capsys, "sim", "swiglu", "--dtype", "fp32", "--backend", "amaranth")
     assert code == 2 and "compute on integer element types" in err and "--dtype int16" in err

@@ -9,13 +9,13 @@ from step_hdl.cli import main
 from step_hdl.sim.compare import compare, load_rtl_points, mape, pearson, swiglu_model_fn
 
 # SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
-# `step-hdl compare swiglu --json` (Verilator), 2026-12-01 (buffer reads' final close with their last tile,
-# Accum taking data while its trailing stop leaves).
+# `python bench/rtl_sim.py --tiles 16 --sweep` (Verilator), 2026-12-02 (MatMul units summing their k-runs,
+# on-chip buffers that stream).
 # (tile_b, tile_inter) -> cycles
 RTL_SWIGLU_16 = {
-    (16, 16): 16694, (16, 32): 14662, (16, 64): 13670, (16, 128): 13222, (16, 256): 13094,
-    (32, 16): 10663, (32, 32): 8693, (32, 64): 7701, (32, 128): 7277, (32, 256): 7252,
-    (64, 16): 7719, (64, 32): 5797, (64, 64): 5041, (64, 128): 4824, (64, 256): 5794,
+    (16, 16): 16660, (16, 32): 14612, (16, 64): 13616, (16, 128): 13164, (16, 256): 13028,
+    (32, 16): 10545, (32, 32): 8507, (32, 64): 7543, (32, 128): 7153, (32, 256): 7143,
+    (64, 16): 7473, (64, 32): 5540, (64, 64): 4713, (64, 128): 4423, (64, 256): 4766,
 }
 
 

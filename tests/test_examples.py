@@ -18,7 +18,7 @@ def load(name):
 
 
 @pytest.mark.parametrize("name, pattern", [
-    ("mlp", r"^mlp 16x16 -> 32 -> 8: 15 units, RTL [\d,]+ cycles \(amaranth\), outputs match; model [\d,]+ cycles"),
+    ("mlp", r"^mlp 16x16 -> 32 -> 8: 13 units, RTL [\d,]+ cycles \(amaranth\), outputs match; model [\d,]+ cycles"),
     ("softmax", r"^softmax 16x16: RTL [\d,]+ cycles \(amaranth\), outputs match; model [\d,]+ cycles; row sums "
                 r"of the probabilities 0\.9\d\d\.\.0\.9\d\d$"),
     ("moe_static", r"^moe 24 tokens over 4 experts \(8, 5, 8, 3 rows\), tiles of 6: \d+ units, RTL [\d,]+ cycles "

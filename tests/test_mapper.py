@@ -40,7 +40,9 @@ def test_lower_sizes_a_fitting_fabric_and_binds_every_node(small):
 def test_graph_that_does_not_fit_says_what_is_missing(small):
     fab = Fabric(tile=4, units={"Map": 2, "LinearOffChipLoad": 4, "LinearOffChipStore": 1, "Accum": 4,
                                 "Broadcast": 1, "Bufferize": 6, "Streamify": 6})
-    with pytest.raises(FabricError, match=r"needs 9 Map unit\(s\) \(gate_proj_tiles, .*\); the fabric has 2"):
+    with pytest.raises(FabricError, match=r"needs 6 Map unit\(s\) \(gate_requant, .*\); the fabric has 2\n"
+                                         r"  the graph needs 3 MatMul unit\(s\) \(gate_proj, up_proj, down_proj\); "
+                                         r"the fabric has 0"):
         lower(small.graph, fab)
     fab = fabric_for(lower(small.graph, 4).graph, 4, map_functions=("matmul", "mul", "requantize"))
     with pytest.raises(FabricError, match="Map 'silu' needs function 'silu'"):

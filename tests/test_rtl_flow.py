@@ -74,7 +74,8 @@ def test_model_tracks_rtl_reduced_sweep(reduced_sweep):
 def test_graph_that_does_not_fit_the_fabric():
     w = swiglu(8, 16, 32, 8, 16, "int16")
     small = Fabric(tile=4, units={"Map": 2}, map_functions=("matmul", "mul", "requantize", "silu"))
-    with pytest.raises(FabricError, match=r"needs 9 Map unit\(s\) \(gate_proj_tiles, .*\); the fabric has 2"):
+    with pytest.raises(FabricError, match=r"needs 6 Map unit\(s\) \(gate_requant, .*\); the fabric has 2\n"
+                                         r"  the graph needs 3 MatMul unit\(s\) \(gate_proj, up_proj, down_proj\)"):
         prepare(w, small)
 
 
@@ -174,7 +175,8 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(reduced_sw
         assert (out / f).stat().st_size > 0, f
     assert report["key"] == prep.design.key() and report["reference_offchip_bytes"] == 7424
     # the binding's fit check, in the report: every kind the graph uses, within what the fabric has
-    assert report["fabric_units"]["Map"] == {"used": 9, "available": prep.design.fabric.units["Map"]}
+    assert report["fabric_units"]["Map"] == {"used": 6, "available": prep.design.fabric.units["Map"]}
+    assert report["fabric_units"]["MatMul"] == {"used": 3, "available": prep.design.fabric.units["MatMul"]}
     assert all(0 < v["used"] <= v["available"] for v in report["fabric_units"].values() if v["used"])
     top_v = (out / "top.v").read_text()
     assert f"module {report['top_module']}_top(" in top_v

@@ -359,8 +359,15 @@ class OnChipBuffer(StepUnit):
         if p.ref:
             ref = self.i_ref
             rtok = ref.payload
-        with m.If(rfull):
-            with m.If(rdone):
+        # streaming: an affine reading of the bank being written goes ahead of the chunk's close, each entry
+        # once it is written; what needs the whole chunk (its close, length or done; a reading's last entry,
+        # after which the block may end) waits for the close
+        early = Signal()
+        if Dr:
+            streamable = affine & ~R["transpose"] if p.transpose else affine
+            m.d.comb += early.eq(~rfull & (rb == wb) & (widx != 0) & streamable)
+        with m.If(rfull | early):
+            with m.If(rfull & rdone):
                 if p.ref:   # the ref ends too: skip its trailing stops, take its done with ours
                     with m.If(ref.valid & ~rtok.done):
                         m.d.comb += ref.ready.eq(1)
@@ -380,7 +387,7 @@ class OnChipBuffer(StepUnit):
                             m.d.comb += ref.ready.eq(1)
                         with m.Elif(rtok.stop < c):             # inner stop of the ref chunk
                             m.d.comb += [s1_valid.eq(1), s1_level.eq(rtok.stop + inner), ref.ready.eq(advance)]
-                        with m.Else():                          # the ref chunk ends: block end S_(b + c)
+                        with m.Elif(rfull):                     # the ref chunk ends: block end S_(b + c)
                             m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(inner + c), s1_eager.eq(eager_mode),
                                          ref.ready.eq(advance)]
                             with m.If(advance):
@@ -394,20 +401,22 @@ class OnChipBuffer(StepUnit):
                     # the reading's last entry carries its final close when that close may merge with an
                     # outer stop (not eager): the close then costs no cycle of its own
                     fold = ~g.has_zero & g.close_needed & ~(eager_mode & once)
-                    with m.If(g.phase == 0):
-                        with m.If(g.has_zero):
-                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.lo),
-                                         s1_eager.eq(eager_mode & once & g.complete & ~g.close_needed)]
+                    written = Mux(g.phase == 0, ~g.has_zero & ~g.complete & (g.acc[0] < widx), ~g.pend_final)
+                    with m.If(rfull | written):
+                        with m.If(g.phase == 0):
+                            with m.If(g.has_zero):
+                                m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.lo),
+                                             s1_eager.eq(eager_mode & once & g.complete & ~g.close_needed)]
+                            with m.Else():
+                                m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
+                                with m.If(g.complete & fold):
+                                    m.d.comb += s1_tail.eq(g.close - merge)
                         with m.Else():
-                            m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
-                            with m.If(g.complete & fold):
-                                m.d.comb += s1_tail.eq(g.close - merge)
-                    with m.Else():
-                        m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend - merge),
-                                     # a close inside the reading is followed by the next entry: at once
-                                     s1_eager.eq(~g.pend_final | (eager_mode & once))]
-                    with m.If(advance):
-                        g.advance(m, end_of_reading, fold)
+                            m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(g.pend - merge),
+                                         # a close inside the reading is followed by the next entry: at once
+                                         s1_eager.eq(~g.pend_final | (eager_mode & once))]
+                        with m.If(advance):
+                            g.advance(m, end_of_reading, fold)
             with m.Elif(rstate == ENTRIES):
                 with m.If(ridx < rlen):
                     m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
