@@ -1,16 +1,18 @@
 """Bytes per cycle of the memory system against ports, request size and access pattern, RTL beside model.
 
-For each configuration, every port streams ``--requests`` reads back to back
-(``req.valid`` always high, ``resp.ready`` always high) through the RTL DRAM
-model (``sim.dram.DramModel``, Amaranth simulator) and through the approximate
-model's timing (``sim.dram_timing.Dram``, one access per request), and this
-prints side by side the bytes per cycle each measures from the first request
-to the last response, the preset's peak and the ratio model / RTL.
+For each configuration, every port streams ``--requests`` reads of one tile
+(``--bytes``) back to back (``req.valid`` always high, ``resp.ready`` always
+high) through the RTL DRAM model (``sim.dram.DramModel``, Amaranth simulator)
+and through the approximate model's timing (``sim.dram_timing.Dram``, one
+access per request), and this prints side by side the bytes per cycle each
+measures from the first request to the last response, the preset's peak and
+the ratio model / RTL.
 
-Patterns: ``sequential`` (each port reads its own contiguous region: 32-byte
-requests pair up in 64-byte blocks and coalesce), ``random`` (uniform random
-words), ``one-channel`` (every request on channel 0: a stride of ``channels x
-request_bytes``).
+Patterns: ``sequential`` (each port reads its own contiguous region in bursts,
+as a linear load does: the tiles of one ``request_bytes`` block in one
+request, so 32-byte tiles go two to a 64-byte block), ``random`` (uniform
+random words, a request each), ``one-channel`` (every request on channel 0: a
+stride of ``channels x request_bytes``).
 
     python bench/memory.py [--ports 1 4 8] [--bytes 32 64 512] [--requests 48] [--dram paper] [--json PATH]
 """
@@ -44,17 +46,33 @@ def addresses(pattern: str, port: int, n: int, word: int, depth: int, p) -> list
     return [((port * n + i) * stride % depth) * word for i in range(n)]
 
 
+def requests(pattern: str, port: int, n: int, word: int, depth: int, p) -> list[tuple[int, int]]:
+    """``(byte address, tiles)`` of port ``port``'s read requests for ``n`` tiles: sequential tiles in bursts
+    within a block (a linear load's), the other patterns a request per tile."""
+    addrs = addresses(pattern, port, n, word, depth, p)
+    per_block = max(1, p.request_bytes // word) if pattern == "sequential" else 1
+    out = []
+    for a in addrs:
+        if out and a == out[-1][0] + out[-1][1] * word and a % (per_block * word) and out[-1][1] < per_block:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((a, 1))
+    return out
+
+
 def rtl_rate(ports: int, word: int, n: int, pattern: str, p) -> tuple[float, int]:
     depth = 1024
-    dut = DramModel(MemPortShape(data_bits=8 * word, addr_bits=24, tag_bits=7), ports, p, depth, resp_depth=128)
+    bursts = max(1, p.request_bytes // word)
+    dut = DramModel(MemPortShape(data_bits=8 * word, addr_bits=24, tag_bits=7, burst_words=bursts), ports, p, depth,
+                    resp_depth=128)
     first, last = [], []
 
     def requester(q):
         async def tb(ctx):
             port, cycle = dut.port(q), 0
             ctx.set(port.resp.ready, 1)
-            for a in addresses(pattern, q, n, word, depth, p):
-                ctx.set(port.req.payload, {"addr": a, "bytes": word, "write": 0, "tag": 0})
+            for a, words in requests(pattern, q, n, word, depth, p):
+                ctx.set(port.req.payload, {"addr": a, "bytes": word, "words": words, "write": 0, "tag": 0})
                 ctx.set(port.req.valid, 1)
                 while True:
                     _, _, ready = await ctx.tick().sample(port.req.ready)
@@ -87,12 +105,15 @@ def rtl_rate(ports: int, word: int, n: int, pattern: str, p) -> tuple[float, int
 
 
 def model_rate(ports: int, word: int, n: int, pattern: str, p) -> tuple[float, int]:
-    """The model's timing of the same requests: each port offers one per cycle from cycle 0."""
+    """The model's timing of the same requests: each port offers its tiles one per cycle from cycle 0."""
     dram, done = Dram(p), 0
-    addrs = [addresses(pattern, q, n, word, 1024, p) for q in range(ports)]
-    for i in range(n):
+    reqs = [requests(pattern, q, n, word, 1024, p) for q in range(ports)]
+    starts = [[sum(w for _, w in r[:i]) for i in range(len(r))] for r in reqs]
+    for i in range(max(map(len, reqs))):
         for q in range(ports):
-            done = max(done, dram.access(i, addrs[q][i], word, 1, q))
+            if i < len(reqs[q]):
+                a, words = reqs[q][i]
+                done = max(done, dram.access(starts[q][i], a, words * word, words, q))
     return ports * n * word / (done + 1), done + 1
 
 

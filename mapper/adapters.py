@@ -79,7 +79,7 @@ class LoadAdapter(Adapter):
 
     def params(self, node, graph, fab, bindings=None):
         t = _tile(node.out_types["out"], f"LinearOffChipLoad '{node.name}'")
-        kw = _offchip_common(fab)
+        kw = _offchip_common(fab, bursts=True)
         kw.update(_ref_params(node.inputs.get("ref"), f"LinearOffChipLoad '{node.name}' port 'ref'"))
         return offchip.LinearLoadParams(int(t.rows), int(t.cols), t.dtype.name, max_dims=fab.max_rank + 1, **kw)
 
@@ -99,12 +99,16 @@ class OffChipAdapter(LoadAdapter):
     def params(self, node, graph, fab, bindings=None):
         port = self.DATA_PORT[node.kind]
         t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
-        return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name, **_offchip_common(fab))
+        return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name,
+                                     **_offchip_common(fab, bursts=node.kind == "LinearOffChipStore"))
 
 
-def _offchip_common(fab) -> dict:
+def _offchip_common(fab, bursts: bool) -> dict:
+    """The memory port's parameters on ``fab``; ``bursts``: a linear unit, whose consecutive tiles go in bursts of
+    the fabric's ``burst_bytes`` (random ones move a tile per address)."""
     tag_bits = max(1, (fab.mem_inflight - 1).bit_length())
-    return dict(max_rank=fab.max_rank, addr_bits=32, tag_bits=tag_bits, max_inflight=fab.mem_inflight)
+    return dict(max_rank=fab.max_rank, addr_bits=32, tag_bits=tag_bits, max_inflight=fab.mem_inflight,
+                burst_bytes=fab.burst_bytes if bursts else 0)
 
 
 class BufferAdapter(Adapter):

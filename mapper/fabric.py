@@ -60,6 +60,10 @@ class Fabric:
         Cap on an edge FIFO; a reconvergent fan-out whose safe depth is larger
         gets this depth and relies on balanced paths (a deadlock is reported
         by the simulation's watchdog otherwise).
+    burst_bytes : int
+        The memory's block (the DRAM presets' ``request_bytes``, 64): linear
+        loads and stores move the consecutive tiles of one aligned block in one
+        burst request (``units.offchip``); 0: a request per tile.
     """
 
     tile: int = 16
@@ -75,6 +79,7 @@ class Fabric:
     matmul_rows: int = 0
     accum_positions: int = 64
     max_fifo_depth: int = 64
+    burst_bytes: int = 64
 
     def __post_init__(self):
         object.__setattr__(self, "units", dict(sorted(self.units.items())))
@@ -90,6 +95,9 @@ class Fabric:
         for kind, n in self.units.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise FabricError(f"fabric: unit count for {kind!r} must be an integer >= 0, got {n!r}")
+        if isinstance(self.burst_bytes, bool) or not isinstance(self.burst_bytes, int) or self.burst_bytes < 0 \
+                or self.burst_bytes & (self.burst_bytes - 1):
+            raise FabricError(f"fabric: burst_bytes must be 0 or a power of two, got {self.burst_bytes!r}")
         if isinstance(self.matmul_rows, bool) or not isinstance(self.matmul_rows, int) or self.matmul_rows < 0 \
                 or (self.matmul_rows and self.tile % self.matmul_rows):
             raise FabricError(f"fabric: matmul_rows must be 0 (all) or divide the tile {self.tile}, "
@@ -108,7 +116,8 @@ class Fabric:
                 "map_functions": list(self.map_functions), "fifo_depth": self.fifo_depth,
                 "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank,
                 "mem_inflight": self.mem_inflight, "matmul_rows": self.matmul_rows,
-                "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth}
+                "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth,
+                "burst_bytes": self.burst_bytes}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -237,6 +246,7 @@ def merge(fabrics) -> Fabric:
             units[k] = max(units.get(k, 0), n)
     fns = tuple(sorted({x for f in fabrics for x in f.map_functions}))
     big = {k: max(getattr(f, k) for f in fabrics) for k in ("fifo_depth", "sram_bytes", "memory_ports", "max_rank",
-                                                           "mem_inflight", "accum_positions", "max_fifo_depth")}
+                                                           "mem_inflight", "accum_positions", "max_fifo_depth",
+                                                           "burst_bytes")}
     return Fabric(tile=first.tile, dtype=first.dtype, acc_dtype=first.acc_dtype, units=units, map_functions=fns,
                   matmul_rows=first.matmul_rows, **big)

@@ -108,7 +108,8 @@ class FabricTop(wiring.Component):
             fire = req.valid & req.ready
             transfers += [fire, resp.valid & resp.ready]
             ports_of[name] += [(req, True), (resp, False)]
-            rd_bytes.append((fire & ~req.payload.write, req.payload.bytes))
+            # a read request moves `words` tiles (a burst), a write beat one
+            rd_bytes.append((fire & ~req.payload.write, req.payload.bytes * req.payload.words))
             wr_bytes.append((fire & req.payload.write, req.payload.bytes))
 
         # Output nodes: always ready; each one's done token is a finish condition like a store's

@@ -18,7 +18,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_hdl.units.memport import MemPortShape, MemPortSignature
+from step_hdl.units.memport import BurstSplitter, MemPortShape, MemPortSignature
 from step_hdl.units.params import ParamError, positive
 
 from .dram_timing import DramParams
@@ -100,14 +100,17 @@ class DramModel(wiring.Component):
 
     Notes
     -----
-    **Semantics** are those of the memory port: every request gets exactly one
-    response, in request order per port; a read returns the word, a write
-    returns ``rdata = 0``; ``tag`` comes back unchanged. A request reads or
-    writes the array in the cycle it is accepted; a write takes effect at the
-    end of that cycle, so it is visible to every request accepted later, on
-    any port (a read accepted in the same cycle on another port sees the old
-    word). ``bytes`` matters only for timing: the whole word is always read
-    or written.
+    **Semantics** are those of the memory port: a request is split into its
+    items (:class:`~step_hdl.units.memport.BurstSplitter`: a read burst of
+    ``n`` words gives ``n`` items, one per cycle from the cycle it is offered;
+    each write beat is an item), and every item gets exactly one response, in
+    order per port; a read returns the word, a write returns ``rdata = 0``;
+    ``tag`` comes back unchanged. An item reads or writes the array in the
+    cycle it is accepted; a write takes effect at the end of that cycle, so it
+    is visible to every item accepted later, on any port (a read accepted in
+    the same cycle on another port sees the old word). ``bytes`` matters only
+    for timing: the whole word is always read or written. Below, "request"
+    means an item.
 
     **Timing.** "Cycle t" is a clock period; a transfer in cycle t means
     ``valid`` and ``ready`` are both high in cycle t (it happens at the clock
@@ -136,13 +139,14 @@ class DramModel(wiring.Component):
        go: a block can be enqueued if its channel's queue held fewer than
        ``queue`` blocks at the start of cycle u and no sequencer before it in
        cycle u's turn order enqueued into that channel. So every channel takes
-       at most one new block per cycle, from any port. *Coalescing:* the
-       first block of a request accepted while the same port has a response
-       outstanding, if it is the last block of the port's previous request,
-       is not enqueued: it is that block (in-order responses make the request
-       wait for it). So consecutive small requests (two 32-byte 4x4 int16
-       tiles, eight 8-byte row pieces) share one block and one channel slot,
-       as a memory controller's request merging (or a unit's bursts) would.
+       at most one new block per cycle, from any port. *Bursts:* the first
+       block of an item that continues a burst (``cont``: a read's item after
+       its first, a write beat after its first), accepted while the same port
+       has a response outstanding, if it is the last block of the port's
+       previous item, is not enqueued: it is that block (in-order responses
+       make the item wait for it). So the items of one burst within one block
+       (two 32-byte 4x4 int16 tiles, eight 8-byte row pieces) cost one block
+       and one channel slot; separate requests never share a block.
     4. *Issue.* In cycle u each channel issues the block at the head of its
        queue (enqueued before cycle u) if it issued no block in cycles
        u - ``interval`` + 1 .. u - 1 and fewer than
@@ -393,16 +397,25 @@ class DramModel(wiring.Component):
             with m.If(fin):
                 m.d.sync += h_valid[q].eq(0)
 
+        # ---- every port's requests as items (a read burst split into its words); kept for testbenches, which
+        # check the rules item by item
+        items = self.items = []
+        for p, port in enumerate(ports):
+            m.submodules[f"split{p}"] = sp = BurstSplitter(s)
+            m.d.comb += [sp.i.valid.eq(port.req.valid), sp.i.payload.eq(port.req.payload),
+                         port.req.ready.eq(sp.i.ready)]
+            items.append(sp.o)
+
         # ---- acceptance: every port whose sequencer frees up; one write per cycle, round-robin
         can = [Signal(name=f"can{p}") for p in range(P)]
         mq = []
-        for p, port in enumerate(ports):
+        for p, item in enumerate(items):
             m.submodules[f"mq{p}"] = mf = fifo.SyncFIFO(width=meta_l.size, depth=R)
             mq.append(mf)
-            m.d.comb += can[p].eq(port.req.valid & mf.w_rdy & ~self.load_en & (~h_valid[p] | finishing[p]))
+            m.d.comb += can[p].eq(item.valid & mf.w_rdy & ~self.load_en & (~h_valid[p] | finishing[p]))
         writing = [Signal(name=f"writing{p}") for p in range(P)]
-        for p, port in enumerate(ports):
-            m.d.comb += writing[p].eq(can[p] & port.req.payload.write)
+        for p, item in enumerate(items):
+            m.d.comb += writing[p].eq(can[p] & item.payload.write)
         last_w = Signal(range(P), init=P - 1)
         w_grant, w_any = Signal(range(P)), Signal()
         with m.Switch(last_w):
@@ -416,11 +429,11 @@ class DramModel(wiring.Component):
             m.d.sync += last_w.eq(w_grant)
 
         narrow = any(b != WB for b in self.port_bytes)
-        for p, port in enumerate(ports):
-            req = port.req.payload
+        for p, (port, item) in enumerate(zip(ports, items)):
+            req = item.payload
             accept = Signal(name=f"accept{p}")
             m.d.comb += accept.eq(can[p] & (~req.write | (w_any & (w_grant == p))))
-            m.d.comb += port.req.ready.eq(accept)
+            m.d.comb += item.ready.eq(accept)
             word = Signal(len(req.addr), name=f"word{p}")
             in_range = Signal(name=f"in_range{p}")
             m.d.comb += [word.eq(_div(req.addr, WB)), in_range.eq(word < self.depth)]
@@ -454,13 +467,13 @@ class DramModel(wiring.Component):
             last_b = Signal(len(req.addr) + 1, name=f"last{p}")
             n = Signal(range(NB + 1), name=f"n{p}")
             ch0 = Signal(range(C), name=f"ch0_{p}")
-            # coalescing: a first block that is the port's last block of a request not yet answered is
-            # that block (it costs no channel slot; in-order responses make this request wait for it)
+            # a burst: an item's first block that is the port's last block of the item before it, not yet
+            # answered, is that block (it costs no channel slot; in-order responses make this item wait for it)
             prev_blk = Signal(len(req.addr) + 1, name=f"prev_block{p}")
             merged = Signal(name=f"merged{p}")
             start_b = Signal(len(req.addr) + 1, name=f"start_block{p}")
             m.d.comb += [first.eq(_div(req.addr, RB)), last_b.eq(_div(req.addr + nbytes - 1, RB)),
-                         merged.eq(mq[p].r_rdy & (first == prev_blk)),
+                         merged.eq(req.cont & mq[p].r_rdy & (first == prev_blk)),
                          start_b.eq(first + merged), n.eq(last_b + 1 - start_b), ch0.eq(_mod(start_b, C))]
             with m.If(accept):
                 m.d.sync += prev_blk.eq(last_b)

@@ -16,6 +16,7 @@ import json
 import sys
 import tempfile
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,8 @@ class FabricHarness(wiring.Component):
         if shape is None:
             from step_hdl.units.memport import MemPortShape
             shape = MemPortShape()
+        else:       # the longest burst of any port
+            shape = dataclasses.replace(shape, burst_words=max(sh.burst_words for sh in shapes))
         # a response slot for every request a unit may have in flight, so the memory never holds a port back
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
@@ -86,10 +89,11 @@ class FabricHarness(wiring.Component):
             if src.signature == wiring.flipped(dst).signature:
                 wiring.connect(m, src, dst)
                 continue
-            # a narrower port: same fields, data zero-extended / truncated (the DRAM masks the sub-word)
+            # a narrower port or shorter bursts: same fields, zero-extended / truncated (the DRAM masks the sub-word)
             m.d.comb += [dst.req.valid.eq(src.req.valid), src.req.ready.eq(dst.req.ready),
                          dst.req.payload.addr.eq(src.req.payload.addr),
                          dst.req.payload.bytes.eq(src.req.payload.bytes),
+                         dst.req.payload.words.eq(src.req.payload.words),
                          dst.req.payload.write.eq(src.req.payload.write),
                          dst.req.payload.wdata.eq(src.req.payload.wdata),
                          dst.req.payload.tag.eq(src.req.payload.tag),

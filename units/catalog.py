@@ -233,8 +233,10 @@ def _memory_entries():
     def bare(unit):
         return unit
 
-    yield Entry("LinearOffChipLoad", lambda r, c, d: LinearOffChipLoad(LinearLoadParams(r, c, d, 3)), linear_load,
-                family="memory", harness=harness)
+    # the linear units as fabrics build them: bursts of a 64-byte block (16 credits: a block of 2x2 int8 tiles)
+    bursts = dict(burst_bytes=64, max_inflight=16)
+    yield Entry("LinearOffChipLoad", lambda r, c, d: LinearOffChipLoad(LinearLoadParams(r, c, d, 3, **bursts)),
+                linear_load, family="memory", harness=harness)
     yield Entry("RandomOffChipLoad", lambda r, c, d: RandomOffChipLoad(OffChipParams(r, c, d, 3)), random_load,
                 family="memory", harness=harness)
     yield Entry("OnChipBuffer", lambda r, c, d: OnChipBuffer(OnChipBufferParams(r, c, d, 3,
@@ -244,7 +246,7 @@ def _memory_entries():
                 # end event in the StopMerger (the end between the readings is eager): 19 cycles / 18 tokens
                 claimed_ii=19 / 18)
     # stores have no token output to time; they are sized in the unit table only
-    yield Entry("LinearOffChipStore", lambda r, c, d: LinearOffChipStore(OffChipParams(r, c, d, 3)), None,
+    yield Entry("LinearOffChipStore", lambda r, c, d: LinearOffChipStore(OffChipParams(r, c, d, 3, **bursts)), None,
                 family="memory", main_output="")
     yield Entry("RandomOffChipStore", lambda r, c, d: RandomOffChipStore(OffChipParams(r, c, d, 3)), None,
                 family="memory", main_output="o")

@@ -14,8 +14,9 @@ edge where ``valid`` and ``ready`` are both high; ``valid`` never waits for
     field     width                meaning
     ========  ===================  ============================================
     addr      ``addr_bits``        byte address of the first byte
-    bytes     ``bytes_bits``       bytes moved, ``1 .. data_bits / 8`` (the
-                                   units here always move one whole tile)
+    bytes     ``bytes_bits``       bytes of one item, ``1 .. data_bits / 8``
+                                   (the units here always move whole tiles)
+    words     ``words_bits``       a burst: the items of the request (below)
     write     1                    1 = write ``wdata``, 0 = read
     wdata     ``data_bits``        one physical tile (``TileFormat`` packing)
     tag       ``tag_bits``         chosen by the unit, returned unchanged
@@ -24,9 +25,19 @@ edge where ``valid`` and ``ready`` are both high; ``valid`` never waits for
 ``mem.resp`` (memory -> unit)
     ``rdata`` (``data_bits``, one physical tile; zero for a write) and ``tag``.
 
+**Bursts.** A request moves ``words`` items of ``bytes`` bytes at ``addr``,
+``addr + bytes``, ... (at most ``MemPortShape.burst_words``). A read is one
+request beat with ``words = n >= 1`` (0 counts as 1). A write of ``n`` items
+is ``n`` beats, one item's ``wdata`` each: the first with ``words = n``, the
+others with ``words = 0`` (their other fields are the first's, ``addr`` the
+item's own), back to back: no other request of the port comes between them.
+Every *item* gets one response, so a unit's credits and order count items.
+The off-chip units keep a burst within one aligned block of ``burst_bytes``
+(the DRAM's request size), so a memory serves it with one access per block.
+
 Rules:
 
-* every request gets exactly one response, **in request order** (a write's
+* every item gets exactly one response, **in request order** (a write's
   response says the write is done: later reads see it);
 * a unit limits its own requests in flight (its structural ``max_inflight``)
   and reserves room for their responses before it issues them, so it can keep
@@ -76,6 +87,7 @@ class MemPortShape(UnitParams):
     data_bits: int = 64
     addr_bits: int = 32
     tag_bits: int = 4
+    burst_words: int = 1
 
     def validate(self):
         positive(self.owner, "data_bits", self.data_bits, minimum=8)
@@ -85,6 +97,11 @@ class MemPortShape(UnitParams):
         if self.addr_bits > 64:
             raise ParamError(f"{self.owner}: addr_bits {self.addr_bits} > 64 is not supported")
         positive(self.owner, "tag_bits", self.tag_bits)
+        positive(self.owner, "burst_words", self.burst_words)
+
+    @property
+    def words_bits(self) -> int:
+        return self.burst_words.bit_length()
 
     @property
     def word_bytes(self) -> int:
@@ -97,7 +114,16 @@ class MemPortShape(UnitParams):
 
 def request_layout(s: MemPortShape) -> data.StructLayout:
     return data.StructLayout({"addr": unsigned(s.addr_bits), "bytes": unsigned(s.bytes_bits),
-                              "write": unsigned(1), "wdata": unsigned(s.data_bits), "tag": unsigned(s.tag_bits)})
+                              "words": unsigned(s.words_bits), "write": unsigned(1), "wdata": unsigned(s.data_bits),
+                              "tag": unsigned(s.tag_bits)})
+
+
+def item_layout(s: MemPortShape) -> data.StructLayout:
+    """One item of a request, as a memory serves it (:class:`BurstSplitter`): ``cont`` marks an item after
+    the first of its burst."""
+    return data.StructLayout({"addr": unsigned(s.addr_bits), "bytes": unsigned(s.bytes_bits),
+                              "write": unsigned(1), "wdata": unsigned(s.data_bits), "tag": unsigned(s.tag_bits),
+                              "cont": unsigned(1)})
 
 
 def response_layout(s: MemPortShape) -> data.StructLayout:
@@ -108,6 +134,44 @@ def MemPortSignature(s: MemPortShape) -> wiring.Signature:
     """The port as seen by the unit (requester): ``req`` out, ``resp`` in. A memory uses ``In(...)``."""
     return wiring.Signature({"req": Out(stream.Signature(request_layout(s))),
                              "resp": In(stream.Signature(response_layout(s)))})
+
+
+class BurstSplitter(wiring.Component):
+    """The memory side of a port: its requests (``i``) as items (``o``, :func:`item_layout`), one per cycle.
+
+    A read of ``words = n`` gives ``n`` items at ``addr``, ``addr + bytes``, ...: the first in the cycle the
+    request is offered (combinational), the others in the cycles after it, while ``i`` is held not ready;
+    the request beat is taken with the first item. A write beat is one item (``cont`` = its ``words`` is 0:
+    a later beat of a write burst). Latency 0, one item per cycle. Combinational: ``o`` from ``i`` when
+    idle, ``i.ready`` from ``o.ready``.
+    """
+
+    def __init__(self, shape: MemPortShape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(request_layout(shape))),
+                          "o": Out(stream.Signature(item_layout(shape)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        s = self.shape
+        i, o = self.i, self.o
+        left = Signal(s.words_bits, name="left")        # items of the read being split still to send
+        addr, nbytes, tag = Signal(s.addr_bits), Signal(s.bytes_bits), Signal(s.tag_bits)
+        req = i.payload
+        with m.If(left != 0):
+            m.d.comb += [o.valid.eq(1), o.payload.addr.eq(addr), o.payload.bytes.eq(nbytes),
+                         o.payload.tag.eq(tag), o.payload.cont.eq(1)]
+            with m.If(o.ready):
+                m.d.sync += [addr.eq(addr + nbytes), left.eq(left - 1)]
+        with m.Else():
+            m.d.comb += [o.valid.eq(i.valid), i.ready.eq(o.ready),
+                         o.payload.addr.eq(req.addr), o.payload.bytes.eq(req.bytes), o.payload.write.eq(req.write),
+                         o.payload.wdata.eq(req.wdata), o.payload.tag.eq(req.tag),
+                         o.payload.cont.eq(req.write & (req.words == 0))]
+            with m.If(i.valid & o.ready & ~req.write & (req.words > 1)):
+                m.d.sync += [addr.eq(req.addr + req.bytes), nbytes.eq(req.bytes), tag.eq(req.tag),
+                             left.eq(req.words - 1)]
+        return m
 
 
 # ----------------------------------------------------------------------------- off-chip layout helpers
@@ -175,6 +239,7 @@ class SimMemory(wiring.Component):
     back in a cycle with probability j/16 (a 16-bit LFSR seeded with ``seed``),
     which gives random latencies that replay exactly on every back-end.
     ``req.addr`` must be word aligned; ``bytes`` is ignored (whole words).
+    A burst is served item by item (:class:`BurstSplitter`), one per cycle.
 
     ``peek_addr``/``peek_data``: a combinational backdoor read of word
     ``peek_addr`` (testbenches dump the memory through it). ``ctl_en`` with
@@ -213,7 +278,10 @@ class SimMemory(wiring.Component):
         rd = arr.read_port(domain="comb")
         peek = arr.read_port(domain="comb")
         wr = arr.write_port()
-        req, resp = self.mem.req, self.mem.resp
+        m.submodules.split = split = BurstSplitter(s)
+        m.d.comb += [split.i.valid.eq(self.mem.req.valid), split.i.payload.eq(self.mem.req.payload),
+                     self.mem.req.ready.eq(split.i.ready)]
+        req, resp = split.o, self.mem.resp
 
         now = Signal(32)
         m.d.sync += now.eq(now + 1)

@@ -12,16 +12,24 @@
 (The on-chip buffer is :mod:`step_hdl.units.onchip`.)
 
 The off-chip units share one request/response core (:class:`_Tracker`): the
-unit's events (memory requests, stops, block ends, done) enter an in-order
+unit's events (tiles to move, stops, block ends, done) enter an in-order
 *order queue*; a request is issued to memory in the same cycle its event is
-queued (when a credit is free: at most ``max_inflight`` requests whose
-responses have not left the unit); responses wait in a response FIFO of
+queued (when credits are free: at most ``max_inflight`` tiles whose responses
+have not left the unit); responses wait in a response FIFO of
 ``max_inflight`` entries, so ``resp.ready`` stays high; the queue head leaves as
 soon as its response (if any) is there. A credit comes back ``latency + 2``
 cycles after its request (latency = memory latency in cycles), so throughput
 is ``min(1, max_inflight / (latency + 2))`` tiles per cycle when the output is
-ready and the memory accepts one request per cycle: size ``max_inflight`` for
-the memory's latency (measured: latency 1 needs 3, latency 6 needs 8).
+ready and the memory takes a tile per cycle: size ``max_inflight`` for the
+memory's latency (measured: latency 1 needs 3, latency 6 needs 8).
+
+**Bursts** (``burst_bytes``, the memory's block; :mod:`~step_hdl.units.memport`):
+a linear load's address walk sees how many of the next tiles are consecutive
+in one aligned block (its innermost dimension stepping by one tile) and reads
+them with one request; a linear store collects consecutive tiles up to the
+block's end and writes them as one burst (the burst closes at the block's
+end, at a stop or done, or in a cycle no tile comes). Random loads and stores
+move one tile per address: one request each.
 """
 
 from __future__ import annotations
@@ -53,12 +61,16 @@ class OffChipParams(StreamParams):
     """An off-chip unit: the physical tile, ``max_rank``, and the memory port.
 
     ``addr_bits`` (<= 32: addresses live in 32-bit registers), ``tag_bits``,
-    ``max_inflight`` (requests in flight, ``<= 2**tag_bits``).
+    ``max_inflight`` (items in flight, ``<= 2**tag_bits``), ``burst_bytes``: the
+    memory's block (a power of two; 0: no bursts): a linear load or store moves
+    consecutive tiles within one aligned block in one request (a burst of
+    ``burst_words`` tiles at most).
     """
 
     addr_bits: int = 32
     tag_bits: int = 4
     max_inflight: int = 4
+    burst_bytes: int = 0
 
     def validate(self):
         super().validate()
@@ -70,6 +82,21 @@ class OffChipParams(StreamParams):
         if self.max_inflight > 1 << self.tag_bits:
             raise ParamError(f"{self.owner}: max_inflight {self.max_inflight} needs more than "
                              f"tag_bits {self.tag_bits} to name each request in flight")
+        positive(self.owner, "burst_bytes", self.burst_bytes, minimum=0)
+        if self.burst_bytes & (self.burst_bytes - 1):
+            raise ParamError(f"{self.owner}: burst_bytes must be 0 or a power of two, got {self.burst_bytes}")
+        if self.burst_words > self.max_inflight:
+            raise ParamError(f"{self.owner}: a burst of {self.burst_words} tiles ({self.burst_bytes} bytes) needs "
+                             f"max_inflight >= {self.burst_words}, got {self.max_inflight}")
+
+    @property
+    def burst_words(self) -> int:
+        """Most tiles in one burst: the tiles of a ``burst_bytes`` block (1 without bursts, or when a tile is
+        not a power-of-two part of the block)."""
+        tb = self.tile_bytes
+        if not self.burst_bytes or tb & (tb - 1) or tb >= self.burst_bytes:
+            return 1
+        return self.burst_bytes // tb
 
     @property
     def tile(self) -> TileFormat:
@@ -81,7 +108,7 @@ class OffChipParams(StreamParams):
 
     @property
     def port(self) -> MemPortShape:
-        return MemPortShape(self.tile.width, self.addr_bits, self.tag_bits)
+        return MemPortShape(self.tile.width, self.addr_bits, self.tag_bits, self.burst_words)
 
 
 @dataclass(frozen=True)
@@ -131,10 +158,13 @@ def _byte_base(unit, op_params, tensor_addr):
 class _Tracker(wiring.Component):
     """In-order request/response core of the off-chip units (see the module docstring).
 
-    ``ev`` (in): ``{mem, addr, stop, done, end, eager}``, with ``wdata`` for a unit that writes
+    ``ev`` (in): ``{mem, addr, words, stop, done, end, eager}``, with ``wdata`` for a unit that writes
     (``writes``: every request it issues is a write) and ``ack`` for one whose events carry their
-    own acknowledgement (``event_ack``); an event with ``mem`` issues a request in the cycle it is
-    accepted. ``o`` (out): ``{payload, stop, done, end, eager}``, one per event, in order; a
+    own acknowledgement (``event_ack``). A ``mem`` event is one tile moved: for a reader, ``words = n
+    >= 1`` issues a read burst of ``n`` tiles (this event's and the next ``n - 1`` ``mem`` events',
+    which carry ``words = 0`` and issue nothing), taking ``n`` credits; for a writer, every ``mem``
+    event issues one write beat with its ``words`` (``n`` on a burst's first beat, 0 on the others),
+    one credit each. ``o`` (out): ``{payload, stop, done, end, eager}``, one per event, in order; a
     ``mem`` event's payload is the response's ``rdata`` (``ack_bits == 0``), the event's ``ack``
     (``event_ack``) or 0. (A unit drives every field of its events: a field it had no use for
     would be a constant process, which Icarus never runs.)
@@ -149,7 +179,8 @@ class _Tracker(wiring.Component):
                  writes: bool = False, event_ack: bool = False):
         self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
         self.writes, self.event_ack = writes, event_ack
-        fields = {"mem": 1, "addr": shape.addr_bits, "stop": sbits, "done": 1, "end": 1, "eager": 1}
+        fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, "stop": sbits, "done": 1, "end": 1,
+                  "eager": 1}
         if writes:
             fields["wdata"] = shape.data_bits
         if event_ack:
@@ -170,14 +201,19 @@ class _Tracker(wiring.Component):
         ev, req, resp, o = self.ev, self.mem.req, self.mem.resp, self.o
         inflight = Signal(range(self.max_inflight + 1))
         seq = Signal(s.tag_bits)
-        credit = inflight < self.max_inflight
+        # a write beat takes one credit; a read burst its tiles' (the tiles it covers later take none)
+        issue = ev.payload.mem & (Const(1) if self.writes else ev.payload.words != 0)
+        need = Signal(range(max(s.burst_words, 1) + 1))
+        m.d.comb += need.eq(Const(1) if self.writes else ev.payload.words)
+        credit = inflight + need <= self.max_inflight
 
         m.d.comb += [
-            req.valid.eq(ev.valid & ev.payload.mem & credit & q.w_rdy),
+            req.valid.eq(ev.valid & issue & credit & q.w_rdy),
             req.payload.addr.eq(ev.payload.addr), req.payload.bytes.eq(s.word_bytes),
+            req.payload.words.eq(ev.payload.words),
             req.payload.write.eq(int(self.writes)), req.payload.wdata.eq(ev.payload.wdata if self.writes else 0),
             req.payload.tag.eq(seq),
-            ev.ready.eq(q.w_rdy & (~ev.payload.mem | (credit & req.ready))),
+            ev.ready.eq(q.w_rdy & (~issue | (credit & req.ready))),
             q.w_en.eq(ev.valid & ev.ready),
         ]
         w = Signal(q_layout)
@@ -204,7 +240,7 @@ class _Tracker(wiring.Component):
         pop = o.valid & o.ready
         freed = pop & head.mem
         m.d.comb += [q.r_en.eq(pop), rf.r_en.eq(freed)]
-        m.d.sync += inflight.eq(inflight + issued - freed)
+        m.d.sync += inflight.eq(inflight + Mux(issued, need, 0) - freed)
         return m
 
 
@@ -347,6 +383,20 @@ class LinearOffChipLoad(_MemUnit):
         m.d.comb += tr.ev.valid.eq(ev_valid)
         accept = tr.ev.valid & tr.ev.ready
 
+        # bursts: the tiles left in the innermost run, if it steps by one tile, up to the block's end
+        bw = p.burst_words
+        covered = Signal(range(bw))             # tiles of the current burst still to come (requested)
+        burst = Signal(range(bw + 1))
+        if bw > 1:
+            lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
+            to_end = Signal(range(bw + 1))
+            run_left = Signal(p.count_bits + 1)
+            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), run_left.eq(cnt[0] - w.idx[0])]
+            steps = (n_out != 0) & (ostr[0] == p.tile_bytes)
+            m.d.comb += burst.eq(Mux(steps, Mux(run_left < to_end, run_left, to_end), 1))
+        else:
+            m.d.comb += burst.eq(1)
+
         def block_events():
             with m.If(w.phase == 0):
                 with m.If(leaf_skip):
@@ -355,7 +405,11 @@ class LinearOffChipLoad(_MemUnit):
                     m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.lo),
                                  ev.eager.eq(eager_mode & w.complete & ~w.close_needed)]
                 with m.Else():
-                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0])]
+                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0]),
+                                 ev.words.eq(Mux(covered == 0, burst, 0))]
+                    if bw > 1:
+                        with m.If(accept):
+                            m.d.sync += covered.eq(Mux(covered == 0, burst - 1, covered - 1))
                 m.d.comb += final.eq(w.complete & ~w.close_needed)
             with m.Else():
                 # a close inside the walk is followed by the next element, never by an outer stop: sent at
@@ -426,9 +480,13 @@ class LinearOffChipStore(_MemUnit):
     ``base`` (byte address of the first slot). Stops are consumed; after the done token
     the next stream writes from ``base`` again.
 
-    Latency: the write request leaves in the cycle the tile arrives; II 1 while the
-    memory keeps up. Combinational: ``i.valid``/``i.payload`` -> ``mem.req``,
-    ``mem.req.ready`` -> ``i.ready``.
+    Latency: without bursts (``burst_words`` 1) the write request leaves in the cycle the
+    tile arrives; with bursts a tile waits in a collector of ``2 * burst_words`` tiles until
+    its burst closes (the block's last tile came, or a stop, done or a cycle without a
+    tile), then the burst's beats leave one per cycle: a write leaves up to
+    ``burst_words`` cycles later. II 1 while the memory keeps up. Combinational (without
+    bursts): ``i.valid``/``i.payload`` -> ``mem.req``, ``mem.req.ready`` -> ``i.ready``;
+    with bursts ``i.ready`` from the collector's state only.
     """
 
     kind = "LinearOffChipStore"
@@ -454,14 +512,19 @@ class LinearOffChipStore(_MemUnit):
         fin = Signal()
         m.d.comb += self.finished.eq(fin)
         ev = tr.ev.payload
-        m.d.comb += [
-            tr.ev.valid.eq(self.i.valid & (is_data | tok.done)),
-            ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + off), ev.wdata.eq(tok.payload),
-            ev.stop.eq(0), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
-            self.i.ready.eq(Mux(is_data | tok.done, tr.ev.ready, 1)),
-            tr.o.ready.eq(1),
-        ]
-        with m.If(self.i.valid & self.i.ready):
+        took = self.i.valid & self.i.ready
+        m.d.comb += [ev.stop.eq(0), ev.end.eq(0), ev.eager.eq(0), tr.o.ready.eq(1)]
+        bw = p.burst_words
+        if bw == 1:
+            m.d.comb += [
+                tr.ev.valid.eq(self.i.valid & (is_data | tok.done)),
+                ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + off), ev.wdata.eq(tok.payload), ev.words.eq(1),
+                ev.done.eq(tok.done),
+                self.i.ready.eq(Mux(is_data | tok.done, tr.ev.ready, 1)),
+            ]
+        else:
+            self._bursts(m, tr, off, took & is_data)
+        with m.If(took):
             m.d.sync += fin.eq(0)
             with m.If(is_data):
                 m.d.sync += off.eq(off + p.tile_bytes)
@@ -470,6 +533,54 @@ class LinearOffChipStore(_MemUnit):
         with m.If(tr.o.valid & tr.o.payload.done):
             m.d.sync += fin.eq(1)
         return m
+
+    def _bursts(self, m, tr, off, took_data):
+        """The write collector: tiles into a FIFO, each burst's length into another once it closes (at the
+        block's end, a stop or done, or a cycle without a tile), the bursts' beats out to the tracker; the
+        done token waits until every burst has left."""
+        p = self.params
+        bw = p.burst_words
+        tok = self.i.payload
+        ev = tr.ev.payload
+        m.submodules.tiles = tiles = fifo.SyncFIFO(width=p.tile.width, depth=2 * bw)
+        m.submodules.lengths = lengths = fifo.SyncFIFO(width=bw.bit_length(), depth=4)
+        is_data = ~tok.done & (tok.stop == 0)
+        n = Signal(range(bw + 1))               # tiles of the open burst
+        lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
+        addr = self.regs["base"] + off
+        ends_block = (addr + p.tile_bytes)[lo:hi] == 0      # the tile just taken is its block's last
+        sent = Signal(range(bw + 1))            # beats of the head burst sent
+        send_off = Signal(p.addr_bits)
+        drained = (n == 0) & ~tiles.r_rdy
+        m.d.comb += [tiles.w_data.eq(tok.payload), tiles.w_en.eq(took_data)]
+        # a data tile needs room for itself and for its burst's length; done waits for the bursts to leave
+        m.d.comb += self.i.ready.eq(Mux(is_data, tiles.w_rdy & lengths.w_rdy, ~tok.done | (drained & tr.ev.ready)))
+        close = Signal()
+        m.d.comb += close.eq(Mux(took_data, ends_block, n != 0))
+        m.d.comb += [lengths.w_data.eq(n + took_data), lengths.w_en.eq(close & lengths.w_rdy)]
+        with m.If(close & lengths.w_rdy):
+            m.d.sync += n.eq(0)
+        with m.Elif(took_data):
+            m.d.sync += n.eq(n + 1)
+        # the head burst's beats: its length on the first, 0 on the others
+        head = lengths.r_data
+        beat = lengths.r_rdy & tiles.r_rdy
+        m.d.comb += [ev.wdata.eq(tiles.r_data), ev.addr.eq(self.regs["base"] + send_off),
+                     ev.words.eq(Mux(sent == 0, head, 0))]
+        with m.If(beat):
+            m.d.comb += [tr.ev.valid.eq(1), ev.mem.eq(1)]
+            with m.If(tr.ev.ready):
+                m.d.comb += tiles.r_en.eq(1)
+                m.d.sync += send_off.eq(send_off + p.tile_bytes)
+                with m.If(sent + 1 == head):
+                    m.d.comb += lengths.r_en.eq(1)
+                    m.d.sync += sent.eq(0)
+                with m.Else():
+                    m.d.sync += sent.eq(sent + 1)
+        with m.Elif(self.i.valid & tok.done & drained):
+            m.d.comb += [tr.ev.valid.eq(1), ev.done.eq(1)]
+            with m.If(tr.ev.ready):
+                m.d.sync += send_off.eq(0)
 
 
 # ----------------------------------------------------------------------------- random access
@@ -503,7 +614,7 @@ class RandomOffChipLoad(_MemUnit):
         ev = tr.ev.payload
         m.d.comb += [
             tr.ev.valid.eq(self.i_addr.valid), self.i_addr.ready.eq(tr.ev.ready),
-            ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes),
+            ev.mem.eq(is_data), ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes), ev.words.eq(1),
             ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
             self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
             self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),
@@ -549,7 +660,7 @@ class RandomOffChipStore(_MemUnit):
             tr.ev.valid.eq(a.valid & d.valid),
             a.ready.eq(tr.ev.ready & d.valid), d.ready.eq(tr.ev.ready & a.valid),
             ev.mem.eq(is_data), ev.wdata.eq(d.payload.payload),
-            ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes), ev.ack.eq(tok.payload),
+            ev.addr.eq(self.regs["base"] + tok.payload[0] * p.tile_bytes), ev.ack.eq(tok.payload), ev.words.eq(1),
             ev.stop.eq(Mux(is_data, 0, tok.stop)), ev.done.eq(tok.done), ev.end.eq(0), ev.eager.eq(0),
             self.o.valid.eq(tr.o.valid), tr.o.ready.eq(self.o.ready),
             self.o.payload.payload.eq(tr.o.payload.payload), self.o.payload.stop.eq(tr.o.payload.stop),

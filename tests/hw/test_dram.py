@@ -29,12 +29,15 @@ class SimTimeout(AssertionError):
     pass
 
 
-def simulate(dut, testbenches, max_cycles):
-    """Run ``testbenches`` (async functions of ``ctx``) on ``dut`` until they all return."""
+def simulate(dut, testbenches, max_cycles, background=()):
+    """Run ``testbenches`` (async functions of ``ctx``) on ``dut`` until they all return (``background``
+    ones run alongside and may not finish)."""
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     for tb in testbenches:
         sim.add_testbench(tb)
+    for tb in background:
+        sim.add_testbench(tb, background=True)
 
     async def limit(ctx):
         for _ in range(max_cycles):         # (not repeat(): an unfinished repeat() raises when collected)
@@ -65,7 +68,7 @@ def reference_schedule(p: DramParams, word_bytes: int, ports: int, accepts, merg
     last_issue = [None] * p.channels
     done = [deque() for _ in range(p.channels)]   # per channel: completion cycles of blocks in flight
     finish, complete = [None] * len(accepts), [0] * len(accepts)
-    own = [list(blocks(p, word_bytes, a[2], a[3]))[1 if m else 0:] for a, m in zip(accepts, merged)]
+    own = [list(blocks(p, word_bytes, a[2], a[3]))[1 if mg else 0:] for a, mg in zip(accepts, merged)]
     left = [len(b) for b in own]
     remaining, u, turn = sum(1 for n in left if n), 0, 0
     for i, n in enumerate(left):
@@ -112,17 +115,17 @@ def reference_schedule(p: DramParams, word_bytes: int, ports: int, accepts, merg
 
 def check_schedule(p: DramParams, word_bytes: int, ports: int, resp_depth: int, accepts, valid_cycles,
                    writes, responses):
-    """Check acceptance, write arbitration and response timing against the documented rules.
+    """Check acceptance, write arbitration and response timing against the documented rules, item by item.
 
-    ``accepts``: (cycle, port, addr, bytes) in acceptance order; ``valid_cycles[q]``: cycles port q's
-    ``req.valid`` was high; ``writes[q]``: cycles in which port q offered a write; ``responses[q]``: (first
-    cycle valid, transfer cycle) of each response.
+    ``accepts``: (cycle, port, addr, bytes, cont) of every item (``DramModel.items``) in acceptance order;
+    ``valid_cycles[q]``: cycles port q offered an item; ``writes[q]``: cycles in which it offered a write item;
+    ``responses[q]``: (first cycle valid, transfer cycle) of each response.
     """
     merged, last_block = [], {}
-    for a, q, addr, nbytes in accepts:          # coalescing: a response outstanding and the same block
+    for a, q, addr, nbytes, cont in accepts:    # bursts: an item after the first, unanswered before, same block
         b = blocks(p, word_bytes, addr, nbytes)
         waiting = sum(1 for a2, q2, *_ in accepts if q2 == q and a2 < a) - sum(1 for _, t in responses[q] if t < a)
-        merged.append(waiting > 0 and last_block.get(q) == b[0])
+        merged.append(cont and waiting > 0 and last_block.get(q) == b[0])
         last_block[q] = b[-1]
     finish, complete = reference_schedule(p, word_bytes, ports, accepts, merged)
     # rule 5: valid from max(all blocks complete, previous transfer + 1)
@@ -179,17 +182,18 @@ CONFIGS = {
                                          (7, "short-queues")])
 def test_random_traffic(seed, config):
     ports, params, resp_depth, depth = CONFIGS[config]
-    shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4)
+    shape = MemPortShape(data_bits=64, addr_bits=12, tag_bits=4, burst_words=3)
     wb = shape.word_bytes
     rng = random.Random(seed)
     init = [rng.getrandbits(64) for _ in range(depth - 2)]
     dut = DramModel(shape, ports, params, depth, init=init, resp_depth=resp_depth)
     array = init + [0] * (depth - len(init))
-    n_req = 80
+    n_req = 60
+    n_items = [0] * ports
     expect = [deque() for _ in range(ports)]
     accepts, valid_cycles, writes = [], [set() for _ in range(ports)], [set() for _ in range(ports)]
     responses = [[] for _ in range(ports)]
-    log = []                      # acceptances not replayed yet: (cycle, port, addr, write, wdata, tag)
+    log = []                      # item acceptances not replayed yet: (cycle, port, addr, write, wdata, tag)
 
     def replay(before):
         """Apply the log's acceptances of cycles before ``before``: a cycle's reads see the array as it was
@@ -208,38 +212,50 @@ def test_random_traffic(seed, config):
     def requester(q):
         async def tb(ctx):
             r = random.Random(seed * 100 + q)
-            port, cycle = dut.port(q), 0
+            port = dut.port(q)
             for n in range(n_req):
                 while r.random() < 0.3:
                     await ctx.tick()
-                    cycle += 1
                 write = r.random() < 0.4
-                addr = r.randrange(depth) * wb
-                # mostly whole words; else any value of the field (0 counts as 1, above word_bytes as
-                # word_bytes; only the timing depends on it)
-                nbytes = wb if r.random() < 0.8 else r.randrange(1 << shape.bytes_bits)
-                wdata, tag = r.getrandbits(64), n % 16
-                ctx.set(port.req.payload, {"addr": addr, "bytes": nbytes, "write": int(write),
-                                           "wdata": wdata, "tag": tag})
-                ctx.set(port.req.valid, 1)
-                while True:
-                    valid_cycles[q].add(cycle)
-                    if write:
-                        writes[q].add(cycle)
-                    _, _, ready = await ctx.tick().sample(port.req.ready)
-                    cycle += 1
-                    if ready:
-                        break
-                accepts.append((cycle - 1, q, addr, nbytes))
-                log.append((cycle - 1, q, addr, write, wdata, tag))
+                # bursts of 1 to 3 items of whole words (some of one word with any value of `bytes`: 0 counts as
+                # 1, above word_bytes as word_bytes; only the timing depends on it)
+                words = r.randint(1, 3) if r.random() < 0.6 else 1
+                nbytes = wb if words > 1 or r.random() < 0.8 else r.randrange(1 << shape.bytes_bits)
+                first = r.randrange(depth - words + 1)
+                tag = n % 16
+                n_items[q] += words
+                for k in range(words if write else 1):     # a write is a beat per item, a read one beat
+                    ctx.set(port.req.payload, {"addr": (first + k) * wb, "bytes": nbytes, "write": int(write),
+                                               "words": words if k == 0 else 0, "wdata": r.getrandbits(64),
+                                               "tag": tag})
+                    ctx.set(port.req.valid, 1)
+                    while not (await ctx.tick().sample(port.req.ready))[2]:
+                        pass
                 ctx.set(port.req.valid, 0)
+        return tb
+
+    def monitor(max_cycles=20000):
+        """Every item each port offers and every one accepted, as sampled at the clock edge."""
+        async def tb(ctx):
+            sigs = [x for item in dut.items for x in (item.valid, item.ready, item.payload)]
+            for cycle in range(max_cycles):
+                _, _, *vals = await ctx.tick().sample(*sigs)
+                for q in range(ports):
+                    valid, ready, it = vals[3 * q:3 * q + 3]
+                    if valid:
+                        valid_cycles[q].add(cycle)
+                        if it.write:
+                            writes[q].add(cycle)
+                    if valid and ready:
+                        accepts.append((cycle, q, it.addr, it.bytes, it.cont))
+                        log.append((cycle, q, it.addr, it.write, it.wdata, it.tag))
         return tb
 
     def responder(q):
         async def tb(ctx):
             r = random.Random(seed * 100 + 50 + q)
             port, cycle, first, hold = dut.port(q), 0, None, 0
-            while len(responses[q]) < n_req:
+            while not requests_done[q] or len(responses[q]) < n_items[q]:
                 # ready drops, single and in bursts (so response queues fill and requests wait for room)
                 if not hold and r.random() < 0.25:
                     hold = r.randint(1, 12) if r.random() < 0.3 else 1
@@ -263,7 +279,18 @@ def test_random_traffic(seed, config):
             ctx.set(port.resp.ready, 0)
         return tb
 
-    simulate(dut, [requester(q) for q in range(ports)] + [responder(q) for q in range(ports)], 20000)
+    requests_done = [False] * ports
+
+    def sending(q):
+        inner = requester(q)
+
+        async def tb(ctx):
+            await inner(ctx)
+            requests_done[q] = True
+        return tb
+
+    simulate(dut, [sending(q) for q in range(ports)] + [responder(q) for q in range(ports)], 20000,
+             background=[monitor()])
     replay(10 ** 9)
     assert all(not e for e in expect)
     check_schedule(params, wb, ports, resp_depth, accepts, valid_cycles, writes, responses)
@@ -271,10 +298,11 @@ def test_random_traffic(seed, config):
 
 # ----------------------------------------------------------------------------- 2. timing
 
-def stream_reads(dut, n, addr_of, port=0, max_cycles=20000):
-    """One requester keeps ``req.valid`` high for ``n`` reads of ``addr_of(i)`` (resp.ready always high).
+def stream_reads(dut, n, addr_of, port=0, max_cycles=20000, words=1, nbytes=None):
+    """One requester keeps ``req.valid`` high for ``n`` reads of ``words`` items of ``nbytes`` (default: a
+    word) from ``addr_of(i)`` (resp.ready always high).
 
-    Returns (request transfer cycles, (first valid, transfer) cycle of each response, read data).
+    Returns (request transfer cycles, (first valid, transfer) cycle of each item's response, read data).
     """
     wb = dut.shape.word_bytes
     acc, resp, got = [], [], []
@@ -282,7 +310,8 @@ def stream_reads(dut, n, addr_of, port=0, max_cycles=20000):
     async def send(ctx):
         p, cycle = dut.port(port), 0
         for i in range(n):
-            ctx.set(p.req.payload, {"addr": addr_of(i), "bytes": wb, "write": 0, "tag": i % 2 ** dut.shape.tag_bits})
+            ctx.set(p.req.payload, {"addr": addr_of(i), "bytes": nbytes or wb, "write": 0, "words": words,
+                                    "tag": i % 2 ** dut.shape.tag_bits})
             ctx.set(p.req.valid, 1)
             while True:
                 _, _, ready = await ctx.tick().sample(p.req.ready)
@@ -295,7 +324,7 @@ def stream_reads(dut, n, addr_of, port=0, max_cycles=20000):
     async def receive(ctx):
         p, cycle, first = dut.port(port), 0, None
         ctx.set(p.resp.ready, 1)
-        while len(resp) < n:
+        while len(resp) < n * words:
             _, _, valid, payload = await ctx.tick().sample(p.resp.valid, p.resp.payload)
             if valid and first is None:
                 first = cycle
@@ -437,18 +466,23 @@ def test_a_channel_takes_one_new_block_per_cycle_in_turns():
         assert gaps == {3}, (q, per_port[q])
 
 
-def test_consecutive_small_requests_share_a_block():
-    """Eight-byte reads of consecutive addresses on one channel that takes a block every 4 cycles: eight
-    requests share each 64-byte block, so the port streams a request per cycle (it would get one per 4
-    cycles if each took a channel slot); every read returns its own word."""
+@pytest.mark.parametrize("words", [1, 8])
+def test_the_items_of_a_burst_share_a_block(words):
+    """Eight-byte reads of 64 consecutive addresses on one channel that takes a 64-byte block every 4 cycles:
+    as bursts of 8 (one block each) the port streams an item per cycle, a burst every 8 cycles; as 64 separate
+    requests each takes a block of its own, one per 4 cycles (the memory merges no separate requests). Every
+    item returns its own word."""
     params = DramParams(channels=1, request_bytes=64, latency=6, interval=4, inflight=64)
-    dut = DramModel(MemPortShape(data_bits=64, addr_bits=16, tag_bits=4), 1, params, 64,
+    dut = DramModel(MemPortShape(data_bits=64, addr_bits=16, tag_bits=4, burst_words=8), 1, params, 64,
                     init=list(range(100, 164)), resp_depth=16)
-    n = 64
-    acc, resp, got = stream_reads(dut, n, lambda i: 8 * i)
+    n = 64 // words
+    acc, resp, got = stream_reads(dut, n, lambda i: 64 * i if words > 1 else 8 * i, words=words)
     assert got == list(range(100, 164))
-    assert acc == list(range(acc[0], acc[0] + n)), "one request accepted per cycle"
-    assert span_cycles(acc, resp, dut.lone_latency) <= n + 8
+    if words > 1:
+        assert acc == list(range(acc[0], acc[0] + 8 * n, 8)), "a burst accepted every 8 cycles"
+        assert span_cycles(acc, resp, dut.lone_latency) <= 64 + 8
+    else:
+        assert span_cycles(acc, resp, dut.lone_latency) >= 4 * (n - 1)
 
 
 # ----------------------------------------------------------------------------- 3. backdoors, parameters

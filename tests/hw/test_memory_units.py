@@ -112,11 +112,14 @@ LOAD_CASES = [
 ]
 
 
+@pytest.mark.parametrize("burst", [0, 32], ids=["tiles", "bursts"])
 @pytest.mark.parametrize("tensor, out_shape, stride, base", LOAD_CASES)
-def test_linear_load(sim_backend, tensor, out_shape, stride, base):
-    unit = LinearOffChipLoad(LinearLoadParams(**offchip()))
+def test_linear_load(sim_backend, tensor, out_shape, stride, base, burst):
+    """Also with bursts of up to four 8-byte tiles per 32-byte block (the consecutive tiles of an innermost run
+    that steps by one tile: the whole tensor, the negative stride's single tiles, the re-reads)."""
+    unit = LinearOffChipLoad(LinearLoadParams(**offchip(burst_bytes=burst)))
     op = dict(tensor=tensor, tile=[2, 2], out_shape=out_shape, stride=stride, base=base)
-    check_mem_unit(unit, "LinearOffChipLoad", {}, op, sim_backend, "lload")
+    check_mem_unit(unit, "LinearOffChipLoad", {}, op, sim_backend, f"lload_{burst}")
 
 
 LOAD_REF_CASES = [
@@ -131,11 +134,13 @@ LOAD_REF_CASES = [
 ]
 
 
+@pytest.mark.parametrize("burst", [0, 32], ids=["tiles", "bursts"])
 @pytest.mark.parametrize("ref_t, ref_text, out_shape, stride", LOAD_REF_CASES)
-def test_linear_load_ref(sim_backend, ref_t, ref_text, out_shape, stride):
-    unit = LinearOffChipLoad(LinearLoadParams(**offchip(ref=True)))
+def test_linear_load_ref(sim_backend, ref_t, ref_text, out_shape, stride, burst):
+    unit = LinearOffChipLoad(LinearLoadParams(**offchip(ref=True, burst_bytes=burst)))
     op = dict(tensor="A", tile=[2, 2], out_shape=out_shape, stride=stride, base=0)
-    check_mem_unit(unit, "LinearOffChipLoad", {"ref": (ref_t, toks(ref_text))}, op, sim_backend, "lload_ref")
+    check_mem_unit(unit, "LinearOffChipLoad", {"ref": (ref_t, toks(ref_text))}, op, sim_backend,
+                   f"lload_ref_{burst}")
 
 
 def _nested(rng, levels, outer=None, leaf=lambda: 1):
@@ -208,12 +213,75 @@ STORE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("burst", [0, 32], ids=["tiles", "bursts"])
 @pytest.mark.parametrize("st, text, base", STORE_CASES)
-def test_linear_store(sim_backend, st, text, base):
-    unit = LinearOffChipStore(OffChipParams(**offchip()))
+def test_linear_store(sim_backend, st, text, base, burst):
+    """Also with bursts: tiles collected up to their 32-byte block's end, a stop, done or a cycle without a
+    tile (random stalls make bursts of every length), written in one burst each."""
+    unit = LinearOffChipStore(OffChipParams(**offchip(burst_bytes=burst)))
     op = dict(tensor="C", tile=[2, 2], base=base)
-    check_mem_unit(unit, "LinearOffChipStore", {"in": (st, tile_tokens(text))}, op, sim_backend, "lstore",
-                   store=True)
+    check_mem_unit(unit, "LinearOffChipStore", {"in": (st, tile_tokens(text))}, op, sim_backend,
+                   f"lstore_{burst}", store=True)
+
+
+def request_beats(unit, op, inputs=None) -> tuple[int, int, int]:
+    """(read requests, write beats, write bursts) the unit sends its memory in a run without stalls (Amaranth)."""
+    from amaranth.sim import Simulator
+    from step_hdl.sim.stalls import Stalls
+    from step_hdl.sim.streams import receive, send, write_config
+    mem = SimMemory(unit.params.port, DEPTH, IMAGE, latency=3, max_inflight=8)
+    top = MemoryHarness(unit, mem)
+    inputs = inputs or {}
+    config = [sim_ctl_word(3)] + unit.configure(op, {p: st for p, (st, _) in inputs.items()},
+                                                tensor_addr=ADDR[op["tensor"]])
+    beats = [0, 0, 0]
+    finished = []
+
+    async def drive(ctx):
+        await write_config(ctx, top.cfg, config)
+        for port, values in unit.pack_inputs(inputs).items():
+            await send(ctx, getattr(top, port), values, Stalls(0, 0))
+        if "o" in unit.fmts:
+            await receive(ctx, top.o, Stalls(0, 0), unit.fmt("o").done_bit, [])
+        else:
+            while not (await ctx.tick().sample(unit.finished))[-1]:
+                pass
+        finished.append(True)
+
+    async def count(ctx):
+        req = unit.mem.req
+        while True:
+            _, _, valid, ready, write, words = await ctx.tick().sample(req.valid, req.ready, req.payload.write,
+                                                                       req.payload.words)
+            if valid and ready:
+                beats[write] += 1
+                beats[2] += bool(write and words)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(drive)
+    sim.add_testbench(count, background=True)
+    sim.run()
+    assert finished
+    return tuple(beats)
+
+
+def test_linear_units_move_a_block_in_one_request():
+    """With 32-byte bursts a load of the whole 16-tile tensor A (8-byte tiles, four per block) sends 4 read
+    requests instead of 16; re-reads by stride 0 are not consecutive: a request each; a store of 8 tiles
+    sent back to back writes 2 bursts of 4 beats (8 beats, each burst one block)."""
+    def load(burst, out_shape, stride):
+        unit = LinearOffChipLoad(LinearLoadParams(**offchip(burst_bytes=burst)))
+        return request_beats(unit, dict(tensor="A", tile=[2, 2], out_shape=out_shape, stride=stride, base=0))
+    assert load(0, [4, 4], [4, 1]) == (16, 0, 0)
+    assert load(32, [4, 4], [4, 1]) == (4, 0, 0)
+    assert load(32, [2, 3], [0, 1]) == (2, 0, 0)         # [0 1 2] twice: one burst each
+    assert load(32, [3, 2], [1, 0]) == (6, 0, 0)         # the innermost dim re-reads: no bursts
+    st = tiles(2, 2, 8, dt="int16")
+    for burst, want in ((0, (0, 8, 8)), (32, (0, 8, 2))):
+        unit = LinearOffChipStore(OffChipParams(**offchip(burst_bytes=burst)))
+        assert request_beats(unit, dict(tensor="C", tile=[2, 2], base=0),
+                             {"in": (st, tile_tokens("1 2 3 4 5 6 7 8 D"))}) == want
 
 
 # ----------------------------------------------------------------------------- random access
