@@ -245,8 +245,8 @@ def test_moe_mixtral_b64_on_verilator(routing, tile):
         for e in range(8):
             blocks = -(-int(w.subs[f"route_n{e}"]) // 4)
             for proj in ("gate_proj", "up_proj", "down_proj"):
-                active = round(util[f"e{e}_{proj}_tiles"]["active"] * res.cycles)
-                assert active == blocks * 2 * (4 * (4 + 1) + 1) + 2, (e, proj, active)
+                active = round(util[f"e{e}_{proj}"]["active"] * res.cycles)
+                assert active == blocks * 2 * (4 * 4 + 1) + 2, (e, proj, active)
     _model_within(w, res)
 
 
