@@ -216,10 +216,12 @@ class Map(StepUnit):
     """
 
     kind = "Map"
+    params_cls = MapParams
 
     def __init__(self, params: MapParams):
-        if not isinstance(params, MapParams):
-            _reject(self, ParamError(f"Map: params must be MapParams, got {type(params).__name__}"))
+        if not isinstance(params, self.params_cls):
+            _reject(self, ParamError(f"{type(self).__name__}: params must be {self.params_cls.__name__}, got "
+                                     f"{type(params).__name__}"))
         super().__init__(params)
 
     def formats(self):

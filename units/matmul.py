@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Module, Mux, Signal
 
-from .compute import Map, MapParams, _reject
+from .compute import Map, MapParams
 from .config import Reg
 from .functions import TileVal, update_elems
 from .layout import has_short, tile_elems
@@ -67,11 +67,7 @@ class MatMul(Map):
     """
 
     kind = "MatMul"
-
-    def __init__(self, params: MatMulParams):
-        if not isinstance(params, MatMulParams):
-            _reject(self, ParamError(f"MatMul: params must be MatMulParams, got {type(params).__name__}"))
-        super().__init__(params)
+    params_cls = MatMulParams
 
     def registers(self):
         return super().registers() + [Reg("k", self.params.k_bits, 1, doc="products summed per output tile")]

@@ -120,6 +120,8 @@ def test_matmul_unit_errors():
         MatMulParams(rows=4, cols=4, dtype="int16", fns=("add",))
     with pytest.raises(ParamError, match=r"MatMulParams: k_bits must be an integer >= 1, got 0"):
         MatMulParams(rows=4, cols=4, dtype="int16", k_bits=0)
+    with pytest.raises(ParamError, match=r"MatMul: params must be MatMulParams, got MapParams"):
+        MatMul(MapParams(rows=4, cols=4, dtype="int16", fns=("matmul",)))
     unit = MatMul(MatMulParams(rows=4, cols=4, dtype="int16", k_bits=4, matmul_transpose_a=False))
     unit._MustUse__silence = True                   # built only to check configure(): never elaborated
     st = StreamType(Tile("int16", 4, 4), (2, 8))
