@@ -191,6 +191,7 @@ class TimedPorts(Ports):
         self.load = kind in LOADS
         self.random_load = kind == "RandomOffChipLoad"
         self.random_store = kind == "RandomOffChipStore"
+        self.linear_store = kind == "LinearOffChipStore"
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
         self.out_cut = model._node_info(node)[2]    # how the lowering cuts its output tiles' rows
@@ -347,9 +348,15 @@ class TimedPorts(Ports):
 
 def _take(io, port, ch, tok, end):
     """What :meth:`TimedPorts.get` does with a token just taken from ``ch`` (the selector cycle aside)."""
-    ch.fill -= ch.sizes.popleft()
+    pieces = ch.sizes.popleft()
+    ch.fill -= pieces
     if ch.space_waiters:
         io.model.wake(ch.space_waiters)
+    if io.linear_store and not tok.stop and not tok.done:
+        # the unit writes each piece as it comes (a token taken on its first piece ends at ``end``): the
+        # writes go to the memory at the pieces' pace, the last one when the last piece is in
+        memory = io.ctx.memory
+        memory.now = max(memory.now, end - pieces + 1)
     if not tok.stop and not tok.done:
         io.taken[port] = tok
         if io.blocks is not None:
