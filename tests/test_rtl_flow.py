@@ -228,9 +228,10 @@ def test_moe_dynamic_tiling_small_on_amaranth():
 def test_moe_mixtral_b64_on_verilator(routing, tile):
     """The acceptance runs: Mixtral's 8 experts, top-2, the real b64 routing trace, H=16, I=32 on 4x4 tiles,
     static token tiles of 3, 6, 10 rows and dynamic ones, all packed into blocks of 4 rows (the last one
-    partial); bit-exact, the model within 10 %. Measured 2026-12-02 (``paper``): RTL 1,270 / 1,345 / 1,497 /
-    1,735 cycles, model 1,158 / 1,232 / 1,384 / 1,639 (-8.8 / -8.4 / -7.5 / -5.5 %); as [1, 4] row tiles
-    they took 1,525 / 1,674 / 1,869 / 2,456. With dynamic tiles each expert's three MatMul units are active
+    partial); bit-exact, the model within 10 %. Measured 2026-12-02 (``paper``, MatMul units, bursts): RTL
+    1,259 / 1,323 / 1,475 / 1,717 cycles, model 1,145 / 1,212 / 1,358 / 1,595 (-9.1 / -8.4 / -7.9 / -7.1 %);
+    with a Map and an Accum per matmul 1,270 / 1,345 / 1,497 / 1,735; as [1, 4] row tiles 1,525 / 1,674 /
+    1,869 / 2,456. With dynamic tiles each expert's three MatMul units are active
     exactly ``ceil(n_e / P) · ni · (nb · kb + 2) + 2`` cycles: per block row of ``P`` token rows and
     intermediate tile (``ni = 2``), its ``nb · kb = 16`` products (no stop between its ``nb`` output tiles),
     the stop closing the block row in, and that stop out a cycle later, when the next block row's operands
@@ -257,10 +258,10 @@ def test_moe_mixtral_b64_on_verilator(routing, tile):
 def test_moe_static_tiles_of_p_rows_mixtral_b64_on_verilator(routing, tile):
     """Static token tiles of a multiple of P rows, packed into full 4x4 tiles (the matmuls at the array's
     full rate) and unpacked again, on the real b64 routing (H=16, I=32): bit-exact, the symbolic bytes; the
-    model within 10 %. Measured 2026-12-02 (``paper``): static 4 / 8 / 16 RTL 1,279 / 1,445 / 1,651 cycles,
-    model 1,165 / 1,351 / 1,576 (-8.9 / -6.5 / -4.5 %; -12.4 / -9.0 / -6.3 % before it timed the transposing
-    buffers of packing and unpacking). Static 16 took 1,900 RTL cycles with 2-deep FIFOs into the
-    in-order combine: the experts' branches blocked each other."""
+    model within 10 %. Measured 2026-12-02 (``paper``, MatMul units, bursts): static 4 / 8 / 16 RTL 1,264 /
+    1,403 / 1,564 cycles, model 1,161 / 1,315 / 1,488 (-8.2 / -6.3 / -4.9 %; with a Map and an Accum per
+    matmul 1,279 / 1,445 / 1,651). Static 16 took 1,900 RTL cycles with 2-deep FIFOs into the in-order
+    combine: the experts' branches blocked each other."""
     from step_hdl.workloads.moe import moe
     w = moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="static",
             tile=tile)
@@ -356,9 +357,15 @@ def test_moe_static_against_dynamic_tiling_mixtral_b64_on_verilator(routing):
 def test_moe_time_multiplexing_mixtral_b64_on_verilator(routing):
     """The time-multiplexing confirmation (as ``bench/paper/rtl_confirm.py time-multiplexing``): 8 experts
     on the real b64 routing trace, 1, 2 and 4 of them per region, bit-exact; the model's slowdown of each
-    shared configuration against dedicated regions within 10 % of the RTL's. Measured 2026-12-02 (token tiles
-    in blocks of 4 rows): RTL 787, 795, 837 cycles, model 729, 759, 783 (-7.4 / -4.5 / -6.5 %); slowdowns RTL
-    1.010x and 1.064x, model 1.041x and 1.074x (row tiles, 2026-12-01: RTL 837, 864, 982)."""
+    shared configuration against dedicated regions within 10 % of the RTL's. Measured 2026-12-02 (MatMul
+    units, bursts): RTL 830, 854, 894 cycles, model 727, 757, 779 (-12.4 / -11.4 / -12.9 %); slowdowns RTL
+    1.029x and 1.077x, model 1.041x and 1.071x. The absolute error, from the units' finish counters: the
+    experts are done by cycle 419, then the gate-weighting path (load_gates -> weight -> sum_experts) paces
+    the run for 342 cycles (the model: 276), its [1, 1] gate through a RepeatStatic at count + 2 cycles per
+    gate; and the token rows of x, each loaded with a request of its own, now queue 8 to a channel
+    (+14 cycles from the start). Before the units issued bursts the DRAM merged separate requests of a port,
+    also a store's last writes into blocks already in flight, which the RTL ended 36 cycles sooner for
+    (787 / 795 / 837, model -7.4 / -4.5 / -6.5 %)."""
     from step_hdl.workloads.moe import moe
     rtl, model = {}, {}
     for group in (1, 2, 4):
@@ -407,11 +414,10 @@ def test_gqa_dynamic_parallelization_small_on_amaranth():
     "interleaved", "contiguous"])
 def test_gqa_b16_on_verilator(kv_files, strategy):
     """The acceptance run (as ``bench/paper/rtl_confirm.py parallelization``): a real b16 KV trace (stdev
-    479, lengths / 64: 1 to 20 rows), 16 requests, 4 regions, G = d = 4. Measured 2026-12-01 (buffer reads'
-    final close with their last tile, Accum taking data while its trailing stop leaves; the model's matmul of
-    row tiles cut-through; static row counts not a multiple of P cut-through too): dynamic RTL 726 cycles,
-    model 650 (-10.5 %: each item's trip round the credit cycle passes some 30 units whose pipeline latency
-    the model does not count); interleaved 459 / 485 (+5.7 %), contiguous 462 / 493 (+6.7 %)."""
+    479, lengths / 64: 1 to 20 rows), 16 requests, 4 regions, G = d = 4. Measured 2026-12-02 (MatMul units,
+    bursts): dynamic RTL 729 cycles, model 650 (-10.8 %: each item's trip round the credit cycle passes some 30
+    units whose pipeline latency the model does not count); interleaved 460 / 485 (+5.4 %), contiguous 460 /
+    493 (+7.2 %)."""
     from step_hdl.workloads.gqa import gqa_decode, scale_lengths
     from step_hdl.workloads.traces import kv_lengths
     w = gqa_decode(scale_lengths(kv_lengths(kv_files(16)[3]), 64), group=4, head_dim=4, regions=4,
