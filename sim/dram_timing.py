@@ -83,6 +83,7 @@ class Dram:
         self._own = [0] * p.channels
         self._own_max = 0
         self._request_bytes, self._channels, self._latency = p.request_bytes, p.channels, p.latency
+        self._last_block: dict = {}    # per memory port: the last block of its last access, and its completion
 
     @property
     def free(self) -> list:
@@ -107,20 +108,41 @@ class Dram:
         out = self._plans[(nbytes, c0)] = (n, n * p.latency / p.inflight, tuple(plan), uniform)
         return out
 
-    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1, port=None) -> int:
+    def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1, port=None,
+               cont: bool = False) -> int:
         """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
 
         ``port_requests``: memory-port requests the transfer takes (one per physical tile), on memory port
         ``port`` (any hashable: the unit's name). As in the RTL DRAM model (``sim.dram``), each port has
-        one request accepted per cycle, all ports at once; a block reaches its channel's queue the cycle
+        one tile accepted per cycle, all ports at once; a block reaches its channel's queue the cycle
         after its request is accepted and issues the cycle after that at the earliest, so a lone request
-        completes ``latency + 2`` cycles after it is accepted.
+        completes ``latency + 2`` cycles after it is accepted. ``cont``: the transfer goes on the port's
+        burst (its bytes follow the previous transfer's in one walk of a linear load): a first block that
+        is the previous transfer's last is that block, not another (it completes with it).
         """
         accepted = self.accept_free.get(port, 0)
         if now > accepted:
             accepted = now
         self.accept_free[port] = accepted + port_requests
         self.requests[port] = self.requests.get(port, 0) + port_requests
+        rb = self._request_bytes
+        first, last = addr // rb, (addr + max(nbytes, 1) - 1) // rb
+        self.bytes += nbytes
+        shared = self._last_block.get(port) if cont else None
+        if shared is not None and shared[0] == first:
+            # the responses come in order, each one cycle after the one before it at the earliest
+            done = max(shared[1], accepted + port_requests - 1)
+            if last != first:
+                done = max(done, self._blocks(now, accepted, (first + 1) * rb, (last - first) * rb, port_requests))
+        else:
+            done = self._blocks(now, accepted, addr, nbytes, port_requests)
+        self._last_block[port] = (last, done)
+        if done > self.last:
+            self.last = done
+        return done
+
+    def _blocks(self, now: int, accepted: int, addr: int, nbytes: int, port_requests: int) -> int:
+        """The channels' and the in-flight window's timing of a transfer's own blocks; the completion."""
         plan = self._plans.get((nbytes, (addr // self._request_bytes) % self._channels))
         if plan is None:
             plan = self._plan(nbytes, (addr // self._request_bytes) % self._channels)
@@ -162,7 +184,4 @@ class Dram:
         t = accepted + port_requests - 1 + latency + PIPELINE
         if t > done:
             done = t
-        self.bytes += nbytes
-        if done > self.last:
-            self.last = done
         return done

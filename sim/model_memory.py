@@ -36,7 +36,7 @@ class _LoadState:
     ahead, for the addresses waiting at a random load's input or the ref elements waiting at a linear
     load's (``early``: (completion, pieces))."""
 
-    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor")
+    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count")
 
     def __init__(self, ready: deque):
         self.ready = ready
@@ -45,6 +45,8 @@ class _LoadState:
         self.pending: deque = deque()
         self.early: deque = deque()
         self.cursor = 0         # push count of the first input token the prefetch has not looked at
+        self.prev = None        # the tile index read last (a burst goes on at the next one)
+        self.count = 0          # tiles read so far (a burst does not go on into the next ref element's block)
 
 
 def _waiting(st: _LoadState, channel):
@@ -112,11 +114,18 @@ class TimedMemory(Memory):
         return st
 
     def _read_info(self, node, arr, tr, tc) -> tuple:
-        """Per load, computed once: what :meth:`read_tile` needs of its tensor and tile."""
+        """Per load, computed once: what :meth:`read_tile` needs of its tensor and tile, and for a linear load
+        whether a tile's physical tiles are consecutive in the RTL's tile-by-tile layout (one row of them, or
+        the tensor's whole width: then the next tile index starts where it ends, and the unit's burst goes
+        on) and the tiles of one ref element's block (a burst never goes on into the next block)."""
         spec = node.graph.tensors[node.p("tensor")]
         gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
+        burst = bool(self.tile) and node.kind == "LinearOffChipLoad" and (
+            physical_tiles(tr, 1, self.tile) == 1 or gc == 1)
+        ref = node.inputs.get("ref")
+        block = len(node.block_indices(self.bind, (0,) * len(node.t("ref").shape))[1]) if ref is not None else 0
         info = (arr, tr, tc, gr * gc, self.base[spec.name], tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
-                self._load(node.name), spec.name in self.real, (int(tr), int(tc)), spec.dtype)
+                self._load(node.name), spec.name in self.real, (int(tr), int(tc)), spec.dtype, burst, block)
         self._reads[node.name] = info
         return info
 
@@ -193,9 +202,11 @@ class TimedMemory(Memory):
             if free < need:
                 return
             now = self.now
+            burst = info[11]
             for _ in _waiting(st, channel):
-                for index in offsets:
-                    early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
+                for k, index in enumerate(offsets):
+                    cont = burst and k > 0 and index == offsets[k - 1] + 1
+                    early.append((access(now, start + index * nbytes, nbytes, pieces, name, cont), pieces))
                 free -= need
                 if free < need:
                     break
@@ -219,15 +230,15 @@ class TimedMemory(Memory):
         if pend:
             access = self.dram.access
             if not ready:
-                addr, nbytes, pieces = pend.popleft()
-                ready.append(access(now, addr, nbytes, pieces, name))
+                addr, nbytes, pieces, cont = pend.popleft()
+                ready.append(access(now, addr, nbytes, pieces, name, cont))
                 held.append(pieces)
                 st.held_sum += pieces
             use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
             while pend and use + pend[0][2] <= credits:
-                addr, nbytes, pieces = pend.popleft()
+                addr, nbytes, pieces, cont = pend.popleft()
                 use += pieces
-                ready.append(access(now, addr, nbytes, pieces, name))
+                ready.append(access(now, addr, nbytes, pieces, name, cont))
                 held.append(pieces)
                 st.held_sum += pieces
         st.held_sum -= held.popleft()
@@ -242,13 +253,15 @@ class TimedMemory(Memory):
         limit, start, nbytes, pieces, st = info[3:8]
         if not 0 <= index < limit:
             self._slot(node, arr, index, tr, tc)        # raises: the index is outside the tensor
+        cont = info[11] and index == st.prev and (not info[12] or st.count % info[12])
+        st.prev, st.count = index + 1, st.count + 1
         if st.early:
             done, got = st.early.popleft()
             st.ready.append(done)
             st.held.append(got)
             st.held_sum += got
         else:
-            st.pending.append((start + index * nbytes, nbytes, pieces))
+            st.pending.append((start + index * nbytes, nbytes, pieces, cont))
         name = node.name
         self.bytes_read[name] = self.bytes_read.get(name, 0) + nbytes
         if not info[8]:

@@ -202,3 +202,17 @@ def test_a_store_writes_its_pieces_as_they_come():
     r = simulate(g, p)
     # (q's process finishes with its output register a few cycles after its last piece left)
     assert p.dram.latency - 4 <= r.cycles - r.nodes["q"]["finish"] <= p.dram.latency + 4
+
+
+def test_a_burst_shares_its_block_in_the_model():
+    """The model's DRAM times a linear load's burst as the RTL's: a transfer that goes on the port's burst
+    (``cont``) and starts in the block its previous transfer ended in is that block: no channel slot more,
+    done when the block is; the same transfer as a request of its own takes a block of its own."""
+    from step_hdl.sim.dram_timing import Dram
+    p = DramParams(channels=1, request_bytes=64, latency=10, interval=4, inflight=64)
+    burst, alone = Dram(p), Dram(p)
+    firsts = [d.access(0, 0, 8, 1, "load") for d in (burst, alone)]
+    assert firsts == [10 + 2, 10 + 2]
+    assert burst.access(1, 8, 8, 1, "load", cont=True) == 12        # the same block, already under way
+    assert alone.access(1, 8, 8, 1, "load") == 12 + 4               # the channel's next slot
+    assert burst.access(2, 64, 8, 1, "load", cont=True) == 12 + 4   # the next block: a slot of its own

@@ -25,8 +25,8 @@ memory's latency (measured: latency 1 needs 3, latency 6 needs 8).
 
 **Bursts** (``burst_bytes``, the memory's block; :mod:`~step_hdl.units.memport`):
 a linear load's address walk sees how many of the next tiles are consecutive
-in one aligned block (its innermost dimension stepping by one tile) and reads
-them with one request; a linear store collects consecutive tiles up to the
+in one aligned block (its innermost dimensions whose tiles follow one another
+in memory, register ``run``) and reads them with one request; a linear store collects consecutive tiles up to the
 block's end and writes them as one burst (the burst closes at the block's
 end, at a stop or done, or in a cycle no tile comes). Random loads and stores
 move one tile per address: one request each.
@@ -151,6 +151,20 @@ def _byte_base(unit, op_params, tensor_addr):
         raise ParamError(f"{type(unit).__name__}: base byte address {value} does not fit "
                          f"{unit.params.addr_bits} address bits")
     return value
+
+
+def contiguous_run(counts, strides) -> int:
+    """Tiles a walk (``counts``, ``strides`` in tiles, innermost first) reads at consecutive addresses one
+    after the other: the innermost dimensions whose stride is the tiles below them (1 for the innermost), the
+    product of their counts; 1 when the innermost dimension does not step by one tile."""
+    run = 1
+    for c, s in zip(counts, strides):
+        if c == 1:
+            continue            # never steps: its stride does not matter
+        if s != run:
+            break
+        run *= c
+    return max(run, 1)
 
 
 # ----------------------------------------------------------------------------- shared request/response core
@@ -317,6 +331,8 @@ class LinearOffChipLoad(_MemUnit):
         if p.ref:
             regs += [Reg(f"rstride{k}", 32, 0, signed=True, doc=f"byte stride of ref dim {k} from the innermost")
                      for k in range(p.max_dims)]
+        if p.burst_words > 1:
+            regs.append(Reg("run", 32, 1, doc="tiles of the walk's contiguous runs (1: none; bursts within one)"))
         return regs
 
     def configure(self, op_params, in_types, tensor_addr: int = 0, bindings=None):
@@ -343,6 +359,8 @@ class LinearOffChipLoad(_MemUnit):
             values[f"stride{j}"] = s * tb
         for k, s in enumerate(reversed(strides[:n_ref])):
             values[f"rstride{k}"] = s * tb
+        if p.burst_words > 1:
+            values["run"] = contiguous_run(list(reversed(out_shape)), list(reversed(strides[n_ref:])))
         values["start"] = 1
         return self.config_image(**values)
 
@@ -383,17 +401,17 @@ class LinearOffChipLoad(_MemUnit):
         m.d.comb += tr.ev.valid.eq(ev_valid)
         accept = tr.ev.valid & tr.ev.ready
 
-        # bursts: the tiles left in the innermost run, if it steps by one tile, up to the block's end
+        # bursts: the tiles left in the walk's contiguous run (register ``run``, from configure), up to the
+        # block's end; a free-running position in the run (each run is whole: the walk's blocks are runs)
         bw = p.burst_words
         covered = Signal(range(bw))             # tiles of the current burst still to come (requested)
         burst = Signal(range(bw + 1))
+        run_pos = Signal(32)
         if bw > 1:
             lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
-            to_end = Signal(range(bw + 1))
-            run_left = Signal(p.count_bits + 1)
-            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), run_left.eq(cnt[0] - w.idx[0])]
-            steps = (n_out != 0) & (ostr[0] == p.tile_bytes)
-            m.d.comb += burst.eq(Mux(steps, Mux(run_left < to_end, run_left, to_end), 1))
+            to_end, run_left = Signal(range(bw + 1)), Signal(32)
+            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), run_left.eq(R["run"] - run_pos),
+                         burst.eq(Mux(run_left < to_end, run_left, to_end))]
         else:
             m.d.comb += burst.eq(1)
 
@@ -409,7 +427,8 @@ class LinearOffChipLoad(_MemUnit):
                                  ev.words.eq(Mux(covered == 0, burst, 0))]
                     if bw > 1:
                         with m.If(accept):
-                            m.d.sync += covered.eq(Mux(covered == 0, burst - 1, covered - 1))
+                            m.d.sync += [covered.eq(Mux(covered == 0, burst - 1, covered - 1)),
+                                         run_pos.eq(Mux(run_pos + 1 == R["run"], 0, run_pos + 1))]
                 m.d.comb += final.eq(w.complete & ~w.close_needed)
             with m.Else():
                 # a close inside the walk is followed by the next element, never by an outer stop: sent at
@@ -420,7 +439,7 @@ class LinearOffChipLoad(_MemUnit):
         with m.Switch(state):
             with m.Case(IDLE):
                 with m.If(R["start"]):
-                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0)]
+                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0), run_pos.eq(0), covered.eq(0)]
                     w.reset(m, R["base"])
                     m.d.sync += [a.eq(R["base"]) for a in racc]
             with m.Case(RUN):

@@ -266,15 +266,28 @@ def request_beats(unit, op, inputs=None) -> tuple[int, int, int]:
     return tuple(beats)
 
 
+def test_contiguous_run_of_a_walk():
+    from step_hdl.units.offchip import contiguous_run
+    assert contiguous_run([4, 4], [1, 4]) == 16          # a whole grid row after row
+    assert contiguous_run([2, 8], [1, 2]) == 16
+    assert contiguous_run([2, 8], [1, 3]) == 2           # the rows are apart
+    assert contiguous_run([1, 1, 64], [1, 1, 1]) == 64   # [1, P] rows of a row-tiled tensor, one after the other
+    assert contiguous_run([1, 5], [7, 1]) == 5           # a dimension of size 1 never steps
+    assert contiguous_run([3], [2]) == 1                 # not a tile apart: no bursts
+    assert contiguous_run([3, 4], [0, 1]) == 1           # re-reads
+
+
 def test_linear_units_move_a_block_in_one_request():
     """With 32-byte bursts a load of the whole 16-tile tensor A (8-byte tiles, four per block) sends 4 read
-    requests instead of 16; re-reads by stride 0 are not consecutive: a request each; a store of 8 tiles
-    sent back to back writes 2 bursts of 4 beats (8 beats, each burst one block)."""
+    requests instead of 16, also walked as 8 runs of 2 (a burst goes on across dimensions whose tiles are
+    consecutive); re-reads by stride 0 are not consecutive: a request each; a store of 8 tiles sent back to
+    back writes 2 bursts of 4 beats (8 beats, each burst one block)."""
     def load(burst, out_shape, stride):
         unit = LinearOffChipLoad(LinearLoadParams(**offchip(burst_bytes=burst)))
         return request_beats(unit, dict(tensor="A", tile=[2, 2], out_shape=out_shape, stride=stride, base=0))
     assert load(0, [4, 4], [4, 1]) == (16, 0, 0)
     assert load(32, [4, 4], [4, 1]) == (4, 0, 0)
+    assert load(32, [8, 2], [2, 1]) == (4, 0, 0)         # runs of 2 tiles, consecutive: bursts across them
     assert load(32, [2, 3], [0, 1]) == (2, 0, 0)         # [0 1 2] twice: one burst each
     assert load(32, [3, 2], [1, 0]) == (6, 0, 0)         # the innermost dim re-reads: no bursts
     st = tiles(2, 2, 8, dt="int16")
