@@ -298,13 +298,12 @@ class RepeatStatic(_ShapeUnit):
     stops ``S_k`` become ``S_(k+1)`` and merge with the pending ``S1``.
 
     Latency 0 (data, valid combinational from input to output through the
-    merger). II 1 per output token for a rank-0 input (``count`` copies plus
-    the eager ``S1``: ``count + 1`` cycles per element). With a rank >= 1
-    input the StopMerger absorbs each non-eager block end in a cycle without
-    an output: one idle output cycle per input element (``count + 2``
-    cycles for the copies and the ``S1``, or the outer stop it merges into).
-    ``i.ready`` is combinational in ``o.ready``; ``o.valid`` never
-    depends on ``o.ready``.
+    merger). II 1 per output token: ``count`` copies plus the ``S1`` (or the
+    outer stop it merges into), ``count + 1`` cycles per element. With a rank
+    >= 1 input the last copy carries the block end as its ``tail`` (it goes
+    pending as the copy leaves: no cycle of its own); a rank-0 input's is
+    eager, an event after the copies. ``i.ready`` is combinational in
+    ``o.ready``; ``o.valid`` never depends on ``o.ready``.
     """
 
     kind = "RepeatStatic"
@@ -346,10 +345,13 @@ class RepeatStatic(_ShapeUnit):
             with m.If(ev_fire):
                 m.d.sync += ending.eq(0)
         with m.Elif(is_data):
+            last = n + 1 >= count
             m.d.comb += ev.payload.eq(tok.payload)
+            with m.If(last & ~eager):       # the block end leaves with the last copy
+                m.d.comb += [ev.tail.eq(1), i.ready.eq(mg.i.ready)]
             with m.If(ev_fire):
-                with m.If(n + 1 >= count):
-                    m.d.sync += [n.eq(0), ending.eq(1)]
+                with m.If(last):
+                    m.d.sync += [n.eq(0), ending.eq(eager)]
                 with m.Else():
                     m.d.sync += n.eq(n + 1)
         with m.Else():                                  # an outer stop (one level deeper) or done
@@ -375,9 +377,10 @@ class Reshape(_ShapeUnit):
       ``S_(b+1)`` every ``s``-th time, ``S_k`` (k > b) becomes ``S_(k+1)``.
 
     Latency 0 (data, valid combinational from input to output through the
-    merger, and through a fork to ``o``/``o_pad``). II 1 per output token,
-    except that at b = 0 with a rank >= 1 input each non-eager block end costs
-    one event cycle without an output. ``i.ready`` is combinational in the
+    merger, and through a fork to ``o``/``o_pad``). II 1 per output token; at
+    b = 0 with a rank >= 1 input a chunk's last element (or pad tile) carries
+    its block end as its ``tail``, so the block end costs no cycle of its own
+    (a rank-0 input's is eager: an event after the element). ``i.ready`` is combinational in the
     outputs' ready; ``o.valid`` never depends on ``o.ready``. The two outputs
     take each token independently (a :class:`Broadcast` fork).
     """
@@ -473,11 +476,13 @@ class Reshape(_ShapeUnit):
                 m.d.comb += ev.payload.eq(value)
 
         def put_pad():
-            """One pad tile; the last one of the run is followed by a (non-eager) block end."""
+            """One pad tile; the last one of the run carries the (non-eager) block end."""
             put_data(self.regs["pad"].replicate(tile.payload.elements), 1)
+            with m.If(full):
+                m.d.comb += ev.tail.eq(1)
             with m.If(ev_fire):
                 with m.If(full):
-                    m.d.sync += [c.eq(0), padding.eq(0), ending.eq(1), end_eager.eq(0)]
+                    m.d.sync += [c.eq(0), padding.eq(0)]
                 with m.Else():
                     m.d.sync += [c.eq(c + 1), padding.eq(1)]
 
@@ -499,9 +504,11 @@ class Reshape(_ShapeUnit):
             with m.If(is_data):
                 put_data(tok.payload, 0)
                 m.d.comb += i.ready.eq(mg.i.ready)
+                with m.If(full & ~in0):         # the chunk's last element carries its block end
+                    m.d.comb += ev.tail.eq(1)
                 with m.If(ev_fire):
                     with m.If(full):
-                        m.d.sync += [c.eq(0), ending.eq(1), end_eager.eq(in0)]
+                        m.d.sync += [c.eq(0), ending.eq(in0), end_eager.eq(in0)]
                     with m.Else():
                         m.d.sync += c.eq(c + 1)
             with m.Elif((c != 0) & (is_stop | (tok.done & in0))):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from step_hdl import dyn
+from step_hdl.interp import run_operator
 from step_hdl.token import data, encode
 from step_hdl.types import Ragged
 from step_hdl.units.params import ParamError, StreamParams
@@ -70,6 +71,27 @@ def test_promote(sim_backend, st, text):
 def test_repeat_static(sim_backend, count, st, text):
     unit = RepeatStatic(RepeatParams(rows=1, cols=1, dtype="int32", max_rank=3, count_bits=4))
     check_unit(unit, "RepeatStatic", {"in": (st, toks(text))}, dict(count=count), backend=sim_backend)
+
+
+@pytest.mark.parametrize("kind", ["RepeatStatic", "Reshape"])
+def test_block_ends_cost_no_cycle(sim_backend, kind):
+    """With a rank-1 input, the block end after each element's copies (RepeatStatic) or each chunk
+    (Reshape at rank 0) leaves with its last element: without stalls the unit sends one token a cycle, its
+    block ends merged into the outer stops or sent before the next element (4 rows of 3 elements, copied
+    twice or cut into chunks of 3: exactly as many cycles as output tokens, plus the unit's latency)."""
+    st, text = ints(4, 3), " ".join(["1 2 3 S1"] * 4) + " D"
+    if kind == "RepeatStatic":
+        unit = RepeatStatic(RepeatParams(rows=1, cols=1, dtype="int32", max_rank=3, count_bits=4))
+        op = dict(count=2)
+    else:
+        unit = Reshape(ReshapeParams(rows=1, cols=1, dtype="int32", max_rank=3, chunk_bits=4))
+        op = dict(rank=0, chunk=3)
+    inputs = {"in": (st, toks(text))}
+    want = run_operator(kind, inputs, **op)["out"]
+    (cycles,) = check_unit(unit, kind, inputs, op, backend=sim_backend, seeds=(0,), p_gap=0, p_drop=0)
+    # (the scenario's first token leaves a cycle after it is offered; before, each block end cost a cycle
+    # of its own: RepeatStatic took 50 cycles for these 37 tokens)
+    assert cycles == len(want) + 1, (cycles, len(want))
 
 
 # ---------------------------------------------------------------- Reshape
