@@ -56,7 +56,12 @@ fabric:
   while it has credits, and a linear load whose ``ref`` elements each re-read
   one block (the MoE experts' weights per token tile) issues the blocks of the
   ref elements already waiting once its current block is issued
-  (:meth:`TimedMemory.ref_prefetcher`), as the RTL walk goes on into them.
+  (:meth:`TimedMemory.ref_prefetcher`), as the RTL walk goes on into them;
+* a random store writes a tile as its (address, data) pair arrives and sends
+  the acknowledgement when the memory has done the write (latency + 2), in
+  request order; it takes the next pair meanwhile, up to ``mem_inflight``
+  unacknowledged writes (``units.offchip`` ``_Tracker``), and its stops and
+  done follow the acknowledgements before them.
 
 The operators every fine-grained token passes through (random loads,
 broadcasts, flat maps, accumulators) run as fused loops here, the timed
@@ -191,6 +196,7 @@ class TimedPorts(Ports):
         self.load = kind in LOADS
         self.random_load = kind == "RandomOffChipLoad"
         self.random_store = kind == "RandomOffChipStore"
+        self.acks: deque = deque()  # a random store's unacknowledged writes: when each acknowledgement leaves
         self.linear_store = kind == "LinearOffChipStore"
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
         self.plain = kind not in ("Map", "Accum", "Scan")
@@ -295,10 +301,22 @@ class TimedPorts(Ports):
                 yield ("delay", due - now)
                 now = model.now
         if is_data and self.random_store:
-            # the acknowledgement is ready when the write is done (``units.offchip``: memory latency + 2);
-            # writes are pipelined, so the store goes on while its consumer waits for that
+            # the acknowledgement is ready when the write is done (``units.offchip``: memory latency + 2),
+            # in request order; writes are pipelined: the unit takes the next pair while up to mem_inflight
+            # writes are unacknowledged (its tracker's credits), not after this one's acknowledgement
             yield ("delay", cost)
-            end = self.ctx.memory.ready[self.node.name].popleft() + 2
+            acks = self.acks
+            end = max(self.ctx.memory.ready[self.node.name].popleft() + 2, acks[-1] if acks else 0)
+            acks.append(end)
+            while len(acks) >= model.params.mem_inflight:      # the next write needs a free credit
+                first = acks.popleft()
+                if first > model.now:
+                    yield ("delay", first - model.now)
+        elif self.random_store:
+            # a stop or done leaves after the acknowledgements before it
+            last = self.acks[-1] if self.acks else 0
+            end = max(now, last) + cost
+            yield ("delay", end - now)
         elif is_data and self.cut_through:
             start = max(now if self.first is None else self.first, self.whole)
             end = max(start + cost, self.avail + 1 + self.tail, now + 1)
@@ -333,7 +351,7 @@ class TimedPorts(Ports):
                 while ch.queue:
                     yield ("space", ch)
         now = model.now
-        if now < end:
+        if now < end and not (is_data and self.random_store):
             yield ("delay", end - now)
         if is_data:
             self.first, self.avail, self.whole = None, 0, 0
