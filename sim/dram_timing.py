@@ -109,8 +109,12 @@ class Dram:
         return out
 
     def access(self, now: int, addr: int, nbytes: int, port_requests: int = 1, port=None,
-               cont: bool = False) -> int:
+               cont: bool = False, stride: int = 0, runs: int = 1) -> int:
         """Issue the requests of one transfer at ``now``; return the cycle the last one completes.
+
+        ``runs``, ``stride``: the transfer's bytes are ``runs`` equal runs of consecutive bytes, ``stride``
+        bytes apart (a logical tile narrower than its tensor: each row of its physical tiles is a run in the
+        RTL's layout, one tile row of the tensor after the other), each with its share of the requests.
 
         ``port_requests``: memory-port requests the transfer takes (one per physical tile), on memory port
         ``port`` (any hashable: the unit's name). As in the RTL DRAM model (``sim.dram``), each port has
@@ -120,12 +124,15 @@ class Dram:
         burst (its bytes follow the previous transfer's in one walk of a linear load): a first block that
         is the previous transfer's last is that block, not another (it completes with it).
         """
+        rb = self._request_bytes
+        if runs > 1 and (stride % rb or (nbytes // runs) % (rb * self._channels)):
+            return self._access_runs(now, addr, nbytes, port_requests, port, cont, stride, runs)
+        # (runs of whole rows of blocks over every channel take the channels as one run does)
         accepted = self.accept_free.get(port, 0)
         if now > accepted:
             accepted = now
         self.accept_free[port] = accepted + port_requests
         self.requests[port] = self.requests.get(port, 0) + port_requests
-        rb = self._request_bytes
         first, last = addr // rb, (addr + max(nbytes, 1) - 1) // rb
         self.bytes += nbytes
         shared = self._last_block.get(port) if cont else None
@@ -139,6 +146,17 @@ class Dram:
         self._last_block[port] = (last, done)
         if done > self.last:
             self.last = done
+        return done
+
+    def _access_runs(self, now, addr, nbytes, port_requests, port, cont, stride, runs) -> int:
+        """:meth:`access` of a transfer in ``runs`` runs whose channels differ from one run's: each run in
+        turn, its requests accepted after the run before it; the completion of the last."""
+        size, share = nbytes // runs, max(1, port_requests // runs)
+        done = 0
+        for k in range(runs):
+            d = self.access(now, addr + k * stride, size, share, port, cont and k == 0)
+            if d > done:
+                done = d
         return done
 
     def _blocks(self, now: int, accepted: int, addr: int, nbytes: int, port_requests: int) -> int:

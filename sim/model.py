@@ -44,7 +44,10 @@ fabric:
   token costs one cycle;
 * off-chip tiles go through :class:`Dram`, which has the parameters of the
   RTL's DRAM model (:class:`DramParams`): channels, bytes per request, latency,
-  cycles between requests per channel, requests in flight;
+  cycles between requests per channel, requests in flight; at the addresses
+  where the RTL lays them out (:meth:`TimedMemory.where`: physical tile after
+  physical tile, row by row of the whole tensor, so a tile narrower than its
+  tensor is a run of bytes per physical row, on the channels those runs map to);
 * a load issues a tile's DRAM access when it starts to send that tile, plus
   the following tiles while they fit in its ``mem_inflight`` physical-tile
   credits (``units.offchip`` ``_Tracker``: a request only while a credit is

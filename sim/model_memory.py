@@ -80,6 +80,33 @@ class TimedMemory(Memory):
         """Port requests (physical tiles) of a ``[tr, tc]`` transfer."""
         return physical_tiles(tr, tc, self.tile) if self.tile else 1
 
+    def where(self, name: str, index: int, tr: int, tc: int) -> tuple:
+        """``(address, stride, runs)`` of logical tile ``index`` (row-major) of ``[tr, tc]`` in tensor
+        ``name``, as the RTL lays tensors out (``mapper.plan.configure``): physical tiles (``P x P``, or
+        ``[1, P]`` rows for a row count that is not a multiple of ``P``) one after the other, row by row of
+        the whole tensor. A logical tile narrower than its tensor and more than one physical tile high is
+        therefore ``runs`` runs of consecutive bytes, ``stride`` apart (its physical rows); otherwise one."""
+        key = (name, tr, tc)
+        g = self._geo.get(key)
+        if g is None:
+            P = self.tile
+            cols = self.arrays[name].shape[1]
+            nbytes = tr * tc * self.graph.tensors[name].dtype.bytes
+            if not P:
+                g = (cols // tc, 0, 0, 0, nbytes, 1)
+            else:
+                pr, pc = (P if tr % P == 0 else 1), (P if tc % P == 0 else tc)
+                nr, nc, tpr = tr // pr, tc // pc, cols // pc
+                tb = nbytes // (nr * nc)
+                runs = 1 if nr == 1 or nc == tpr else nr
+                g = (cols // tc, nr * tpr * tb, nc * tb, tpr * tb if runs > 1 else 0, 0, runs)
+            self._geo[key] = g
+        gc, row_bytes, tile_bytes, stride, whole, runs = g
+        r, c = divmod(index, gc)
+        if whole:
+            return self.base[name] + index * whole, 0, 1
+        return self.base[name] + r * row_bytes + c * tile_bytes, stride, runs
+
     def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
         control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
         super().__init__(graph, control if timing_only else tensors)
@@ -88,6 +115,7 @@ class TimedMemory(Memory):
         self.ready: dict[str, deque] = {}
         self._loads: dict[str, _LoadState] = {}   # per load: its requests issued, held, pending
         self._reads: dict[str, tuple] = {}         # per load: tensor and tile facts (read_info)
+        self._geo: dict = {}                        # (tensor, tile rows, tile cols) -> placement (where)
         self.base: dict[str, int] = {}
         addr = 0
         for name, spec in graph.tensors.items():
@@ -102,8 +130,8 @@ class TimedMemory(Memory):
     def _timed(self, node, index, tr, tc):
         spec = node.graph.tensors[node.p("tensor")]
         nbytes = tr * tc * spec.dtype.bytes
-        done = self.dram.access(self.now, self.base[spec.name] + index * nbytes, nbytes, self.pieces(tr, tc),
-                                node.name)
+        addr, stride, runs = self.where(spec.name, index, tr, tc)
+        done = self.dram.access(self.now, addr, nbytes, self.pieces(tr, tc), node.name, stride=stride, runs=runs)
         self.ready.setdefault(node.name, deque()).append(done)
         return nbytes
 
@@ -145,16 +173,17 @@ class TimedMemory(Memory):
         """
         st = self._load(node.name)
         early, access, name = st.early, self.dram.access, node.name
-        start = nbytes = pieces = base = None    # the tensor's address, a tile's bytes and pieces: at first use
+        tensor = tr = tc = nbytes = pieces = base = None    # a tile's facts: at first use
+        where = self.where
 
         def prefetch() -> None:
-            nonlocal start, nbytes, pieces, base
+            nonlocal tensor, tr, tc, nbytes, pieces, base
             if pieces is None:
                 spec = node.graph.tensors[node.p("tensor")]
                 tile = node.tile_type()
                 tr, tc = int(tile.rows), int(tile.cols)
-                start, nbytes, pieces, base = (self.base[spec.name], tr * tc * spec.dtype.bytes,
-                                               self.pieces(tr, tc), node.p("base"))
+                tensor, nbytes, pieces, base = (spec.name, tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
+                                                node.p("base"))
             k = len(early)
             if pieces * (k + 1) > credits:
                 return                  # the requests already issued ahead hold the credits (the usual case)
@@ -163,8 +192,8 @@ class TimedMemory(Memory):
                 return
             now = self.now
             for tok in _waiting(st, channel):
-                index = base + int(tok.payload.item(0))
-                early.append((access(now, start + index * nbytes, nbytes, pieces, name), pieces))
+                addr, stride, runs = where(tensor, base + int(tok.payload.item(0)), tr, tc)
+                early.append((access(now, addr, nbytes, pieces, name, False, stride, runs), pieces))
                 free -= pieces
                 if free < pieces:
                     break
@@ -194,7 +223,8 @@ class TimedMemory(Memory):
             info = self._reads.get(name)
             if info is None or st.pending:
                 return              # no block read yet (tile facts unknown), or the current one not all issued
-            start, nbytes, pieces = info[4], info[5], info[6]
+            nbytes, pieces = info[5], info[6]
+            tensor, (tr, tc) = node.p("tensor"), info[9]
             if offsets is None:
                 offsets = node.block_indices(self.bind, (0,) * lead)[1]
             need = pieces * len(offsets)
@@ -206,7 +236,8 @@ class TimedMemory(Memory):
             for _ in _waiting(st, channel):
                 for k, index in enumerate(offsets):
                     cont = burst and k > 0 and index == offsets[k - 1] + 1
-                    early.append((access(now, start + index * nbytes, nbytes, pieces, name, cont), pieces))
+                    addr, stride, runs = self.where(tensor, index, tr, tc)
+                    early.append((access(now, addr, nbytes, pieces, name, cont, stride, runs), pieces))
                 free -= need
                 if free < need:
                     break
@@ -230,15 +261,15 @@ class TimedMemory(Memory):
         if pend:
             access = self.dram.access
             if not ready:
-                addr, nbytes, pieces, cont = pend.popleft()
-                ready.append(access(now, addr, nbytes, pieces, name, cont))
+                addr, nbytes, pieces, cont, stride, runs = pend.popleft()
+                ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
                 held.append(pieces)
                 st.held_sum += pieces
             use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
             while pend and use + pend[0][2] <= credits:
-                addr, nbytes, pieces, cont = pend.popleft()
+                addr, nbytes, pieces, cont, stride, runs = pend.popleft()
                 use += pieces
-                ready.append(access(now, addr, nbytes, pieces, name, cont))
+                ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
                 held.append(pieces)
                 st.held_sum += pieces
         st.held_sum -= held.popleft()
@@ -261,7 +292,8 @@ class TimedMemory(Memory):
             st.held.append(got)
             st.held_sum += got
         else:
-            st.pending.append((start + index * nbytes, nbytes, pieces, cont))
+            addr, stride, runs = self.where(node.p("tensor"), index, tr, tc)
+            st.pending.append((addr, nbytes, pieces, cont, stride, runs))
         name = node.name
         self.bytes_read[name] = self.bytes_read.get(name, 0) + nbytes
         if not info[8]:
