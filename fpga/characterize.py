@@ -59,12 +59,19 @@ NOTES = {
                     "RAM's output register (one more cycle of read latency, absorbed by the read pipeline) or "
                     "keeping the stop level in a small register beside the data would remove the RAM access "
                     "time from the path.",
-    "LinearOffChipLoad": "from the configured `count1` register through two carry-chain comparisons (is this "
-                         "the last index of the inner dimensions, `pend_final`) and the address adder (`oacc1`) "
-                         "to the clock enable of the next dimension's index counter (`oidx1`): 16 levels, most "
-                         "of the 12.9 ns in routing. Registering per-dimension \"last\" flags one step ahead "
-                         "(compare with `count - 2` when the index advances) would cut the cascade to a few "
-                         "LUTs; the request FIFO's credit scheme tolerates the extra cycle of address latency.",
+    "LinearOffChipLoad": "from the burst's position in its contiguous run (`run_pos`, compared with the "
+                         "configured `run` and the block's end) through the walk's cascaded last-index "
+                         "comparisons and the address adder to the clock enable of an outer dimension's index "
+                         "counter (`oidx3`): 41 levels, two thirds of the 15.5 ns in routing (77-87 MHz before "
+                         "the bursts). Registering the burst's end and per-dimension \"last\" flags one step "
+                         "ahead (compare with `count - 2` when the index advances) would cut the cascade to a "
+                         "few LUTs; the request FIFO's credit scheme tolerates the extra cycle of address "
+                         "latency.",
+    "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
+              "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
+              "11: the running sum's adder is on the path too. The same cuts apply (the DSPs' pipeline "
+              "registers, a registered adder-tree half); the running sum can take the tree's registered "
+              "output a cycle later at II 1.",
     "Reshape": "a loop through the handshake: the chunk counter `c` is compared with the configured chunk "
                "(carry chain), which decides `o.valid`, which gates `i.ready` and the counter's own enable. A "
                "registered \"last element of the chunk\" flag, updated with the counter, would leave one LUT "
