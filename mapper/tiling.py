@@ -232,16 +232,22 @@ def stream_tokens(rows: int, cols: int, P: int, cut=None) -> int:
     return physical_tiles(rows, cols, P, cut) + row_blocks(rows, P, cut)
 
 
-def _phys(tile: Tile, P: int, where: str):
-    """``(pr, pc, rb, cb)``: the physical tile ``[pr, pc]`` of a logical tile and its block ``[rb, cb]``.
+def physical_shape(rows, cols, P: int) -> tuple:
+    """``(pr, pc, rb, cb)``: the physical tile ``[pr, pc]`` a ``[rows, cols]`` logical tile is cut into and
+    its block ``[rb, cb]`` of them (``P``-blocks for a static multiple of ``P``, else 1-blocks: row tiles; a
+    narrow row of ``1 < cols < P`` is one physical tile). The off-chip layout stores these physical tiles
+    one after the other, row by row of the tensor (``mapper.plan.configure``)."""
+    pr, rb = _cut(rows, P)
+    pc, cb = _cut(cols, P)
+    if as_dim(cols).is_Integer and 1 < int(cols) < P:
+        pc, cb = int(cols), 1             # a narrow table row ([1, 2] (start, length)) is one physical tile
+    return pr, pc, rb, cb
 
-    Columns must be a static multiple of ``P`` or 1 (a scalar); rows may be anything
-    (1-blocks: row tiles).
-    """
-    pr, rb = _cut(tile.rows, P)
-    pc, cb = _cut(tile.cols, P)
-    if as_dim(tile.cols).is_Integer and 1 < int(tile.cols) < P:
-        pc, cb = int(tile.cols), 1        # a narrow table row ([1, 2] (start, length)) is one physical tile
+
+def _phys(tile: Tile, P: int, where: str):
+    """:func:`physical_shape` of a logical tile, checked: columns must be a static multiple of ``P``, 1 (a
+    scalar) or narrower than ``P``; rows may be anything (1-blocks: row tiles)."""
+    pr, pc, rb, cb = physical_shape(tile.rows, tile.cols, P)
     if pc == 1 and cb != 1:
         raise TilingError(f"{where}: logical tile [{tile.rows}, {tile.cols}] is not a multiple of the physical "
                           f"tile {P}x{P} (partial physical tiles are rows [1, {P}] or scalars [1, 1])")

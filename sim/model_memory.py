@@ -15,7 +15,7 @@ from collections import deque
 
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Memory
-from step_hdl.mapper.tiling import physical_tiles
+from step_hdl.mapper.tiling import physical_shape, physical_tiles
 
 from .dram_timing import Dram
 
@@ -89,22 +89,16 @@ class TimedMemory(Memory):
         key = (name, tr, tc)
         g = self._geo.get(key)
         if g is None:
-            P = self.tile
             cols = self.arrays[name].shape[1]
             nbytes = tr * tc * self.graph.tensors[name].dtype.bytes
-            if not P:
-                g = (cols // tc, 0, 0, 0, nbytes, 1)
-            else:
-                pr, pc = (P if tr % P == 0 else 1), (P if tc % P == 0 else tc)
-                nr, nc, tpr = tr // pr, tc // pc, cols // pc
-                tb = nbytes // (nr * nc)
-                runs = 1 if nr == 1 or nc == tpr else nr
-                g = (cols // tc, nr * tpr * tb, nc * tb, tpr * tb if runs > 1 else 0, 0, runs)
-            self._geo[key] = g
-        gc, row_bytes, tile_bytes, stride, whole, runs = g
+            # without physical tiles (tile 0) a logical tile is one piece: consecutive
+            _, pc, nr, nc = physical_shape(tr, tc, self.tile) if self.tile else (tr, tc, 1, 1)
+            tpr = cols // pc            # physical tiles per tile row of the tensor
+            tb = nbytes // (nr * nc)
+            runs = 1 if nr == 1 or nc == tpr else nr
+            g = self._geo[key] = (cols // tc, nr * tpr * tb, nc * tb, tpr * tb if runs > 1 else 0, runs)
+        gc, row_bytes, tile_bytes, stride, runs = g
         r, c = divmod(index, gc)
-        if whole:
-            return self.base[name] + index * whole, 0, 1
         return self.base[name] + r * row_bytes + c * tile_bytes, stride, runs
 
     def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
@@ -143,16 +137,14 @@ class TimedMemory(Memory):
 
     def _read_info(self, node, arr, tr, tc) -> tuple:
         """Per load, computed once: what :meth:`read_tile` needs of its tensor and tile, and for a linear load
-        whether a tile's physical tiles are consecutive in the RTL's tile-by-tile layout (one row of them, or
-        the tensor's whole width: then the next tile index starts where it ends, and the unit's burst goes
-        on) and the tiles of one ref element's block (a burst never goes on into the next block)."""
+        whether a tile's physical tiles are one run of consecutive bytes (:meth:`where`: then the next tile
+        index starts where it ends, and the unit's burst goes on) and the tiles of one ref element's block (a burst never goes on into the next block)."""
         spec = node.graph.tensors[node.p("tensor")]
         gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
-        burst = bool(self.tile) and node.kind == "LinearOffChipLoad" and (
-            physical_tiles(tr, 1, self.tile) == 1 or gc == 1)
+        burst = bool(self.tile) and node.kind == "LinearOffChipLoad" and self.where(spec.name, 0, tr, tc)[2] == 1
         ref = node.inputs.get("ref")
         block = len(node.block_indices(self.bind, (0,) * len(node.t("ref").shape))[1]) if ref is not None else 0
-        info = (arr, tr, tc, gr * gc, self.base[spec.name], tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
+        info = (arr, tr, tc, gr * gc, spec.name, tr * tc * spec.dtype.bytes, self.pieces(tr, tc),
                 self._load(node.name), spec.name in self.real, (int(tr), int(tc)), spec.dtype, burst, block)
         self._reads[node.name] = info
         return info
@@ -223,8 +215,7 @@ class TimedMemory(Memory):
             info = self._reads.get(name)
             if info is None or st.pending:
                 return              # no block read yet (tile facts unknown), or the current one not all issued
-            nbytes, pieces = info[5], info[6]
-            tensor, (tr, tc) = node.p("tensor"), info[9]
+            tensor, nbytes, pieces, (tr, tc) = info[4], info[5], info[6], info[9]
             if offsets is None:
                 offsets = node.block_indices(self.bind, (0,) * lead)[1]
             need = pieces * len(offsets)
@@ -281,7 +272,7 @@ class TimedMemory(Memory):
         info = self._reads.get(node.name)
         if info is None or info[0] is not arr or info[1] != tr or info[2] != tc:
             info = self._read_info(node, arr, tr, tc)
-        limit, start, nbytes, pieces, st = info[3:8]
+        limit, tensor, nbytes, pieces, st = info[3:8]
         if not 0 <= index < limit:
             self._slot(node, arr, index, tr, tc)        # raises: the index is outside the tensor
         cont = info[11] and index == st.prev and (not info[12] or st.count % info[12])
@@ -292,7 +283,7 @@ class TimedMemory(Memory):
             st.held.append(got)
             st.held_sum += got
         else:
-            addr, stride, runs = self.where(node.p("tensor"), index, tr, tc)
+            addr, stride, runs = self.where(tensor, index, tr, tc)
             st.pending.append((addr, nbytes, pieces, cont, stride, runs))
         name = node.name
         self.bytes_read[name] = self.bytes_read.get(name, 0) + nbytes
