@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from step_hdl import Index, Selector, StreamType, Tile
+from step_hdl import Graph, Index, Selector, StreamType, Tile
+from step_hdl.interp import run
 from step_hdl.token import DONE, data, stop
 
 
@@ -72,3 +73,22 @@ def relu_layer():
     g.store(g.map(h, "relu", name="act"), "y", tile=(8, 8), name="store_y")
     rng = np.random.default_rng(2)
     return g, {n: rng.integers(-40, 40, (8, 8)).astype(np.int16) for n in "xw"}
+
+
+def buffer_reference(st, tokens, b, repeat, ref=None, read=None, merge=None):
+    """Bufferize(rank b) -> Streamify(repeat or ref, read pattern) [-> Flatten(0, merge)] in the interpreter;
+    ``ref`` = (StreamType, tokens), ``read`` = (read_shape, read_stride)."""
+    g = Graph("buffer")
+    src = g.source(st, data="x", name="src")
+    buf = g.add("Bufferize", "buf", {"in": src}, rank=b)
+    ins = {"in": buf.out}
+    streams = {"x": tokens}
+    if ref is not None:
+        ins["ref"] = g.source(ref[0], data="r", name="ref")
+        streams["r"] = ref[1]
+    shape, stride = read or (None, None)
+    out = g.add("Streamify", "sfy", ins, repeat=repeat, read_shape=shape, read_stride=stride).out
+    if merge is not None:
+        out = g.flatten(out, 0, merge, name="flat")
+    g.output(out, name="y")
+    return run(g, {}, streams).outputs["y"]

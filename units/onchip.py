@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import Out
 
 from .address import AffineWalk
 from .base import StepUnit
@@ -18,6 +19,7 @@ from .config import Reg
 from .layout import TokenFormat, stop_bits, tile_format
 from .merger import StopMerger
 from .params import ParamError, StreamParams, check_ref, concrete_param, positive
+from .pool import pool_signature
 
 __all__ = ["OnChipBufferParams", "OnChipBuffer"]
 
@@ -29,7 +31,11 @@ class OnChipBufferParams(StreamParams):
     Streamify ``ref`` input (payload a ``ref_rows × ref_cols`` ``ref_dtype`` tile, ignored),
     ``read_dims``: the most ``read_shape`` dimensions of an affine read pattern
     (0: no affine read hardware), and ``transpose``: the hardware that reads a
-    rank-2 buffer column by column at its own size (needs ``read_dims >= 2``)."""
+    rank-2 buffer column by column at its own size (needs ``read_dims >= 2``).
+    ``pool_pages > 0``: no SRAM of its own; entries live in pages of
+    ``page_entries`` taken from a :class:`~step_hdl.units.pool.TilePool` of
+    ``pool_pages`` pages through the ``pool`` port (linear and ref reads
+    only: ``read_dims = 0``)."""
 
     sram_bytes: int = 1024
     repeat_bits: int = 16
@@ -39,10 +45,17 @@ class OnChipBufferParams(StreamParams):
     ref_dtype: str = "int32"
     read_dims: int = 0
     transpose: bool = False
+    pool_pages: int = 0
+    page_entries: int = 0
 
     def validate(self):
         super().validate()
         positive(self.owner, "read_dims", self.read_dims, minimum=0)
+        positive(self.owner, "pool_pages", self.pool_pages, minimum=0)
+        positive(self.owner, "page_entries", self.page_entries, minimum=1 if self.pool_pages else 0)
+        if self.pool_pages and self.read_dims:
+            raise ParamError(f"{self.owner}: a pooled buffer reads linearly (or by a ref): read_dims must be 0, "
+                             f"got {self.read_dims}")
         if not isinstance(self.transpose, bool):
             raise ParamError(f"{self.owner}: transpose must be True or False, got {self.transpose!r}")
         if self.transpose and self.read_dims < 2:
@@ -63,8 +76,14 @@ class OnChipBufferParams(StreamParams):
 
     @property
     def bank_depth(self) -> int:
-        """Entries (tiles or inner stop tokens) per bank."""
+        """Entries (tiles or inner stop tokens) per bank (a pooled buffer's bank may take every page)."""
+        if self.pool_pages:
+            return self.pool_pages * self.page_entries
         return self.sram_bytes // 2 // (self.rows * self.cols * self.dt.bits // 8)
+
+    @property
+    def pooled(self) -> bool:
+        return self.pool_pages > 0
 
 
 class OnChipBuffer(StepUnit):
@@ -97,8 +116,19 @@ class OnChipBuffer(StepUnit):
     Storage: ``bank_depth = sram_bytes / 2 / tile_bytes`` entries per bank; an
     entry is a tile or an inner stop token (stop levels are kept in side bits next
     to each tile). A chunk with more entries than a bank keeps its first
-    ``bank_depth`` entries (the rest are dropped: size the SRAM for the largest
-    buffer).
+    ``bank_depth`` entries and sets the sticky status output ``overflow``: the
+    rest are dropped, and the top level reports the buffer (the mapper sizes
+    the SRAM for the largest buffer it knows of, so only a program that sends
+    more than its bindings said gets there).
+
+    Pooled storage (``params.pool_pages``): the banks hold no SRAM; each takes
+    pages of ``page_entries`` entries from a
+    :class:`~step_hdl.units.pool.TilePool` as its entries arrive (a request
+    with the first entry of each page; the input waits while the pool has not
+    granted one) and returns them all when its last reading is over, so a
+    bank holds what its chunk needs, not the largest chunk. Reads walk the
+    bank's chain of pages. Timing is the private SRAM's, but for a cycle lost
+    whenever another client of the pool is granted a page before this one.
 
     Affine reads (``read_dims > 0`` and register ``n_read > 0``): the buffer keeps
     only its data tiles (flattened, inner stops dropped) and each reading emits
@@ -141,6 +171,14 @@ class OnChipBuffer(StepUnit):
         out = {"i": (False, f), "o": (True, f)}
         if p.ref:
             out["i_ref"] = (False, TokenFormat(tile_format(p.ref_dtype, p.ref_rows, p.ref_cols), p.max_rank))
+        return out
+
+    def extra_members(self):
+        out = {"overflow": Out(1)}
+        if self.params.pooled:
+            f = self.fmt("i")
+            out["pool"] = Out(pool_signature(f.payload_width + f.stop_bits, self.params.pool_pages,
+                                             self.params.page_entries))
         return out
 
     def registers(self):
@@ -242,9 +280,11 @@ class OnChipBuffer(StepUnit):
         inner = Signal(sb)                      # dims of one reading: b (linear) or n_read - merge (affine)
         m.d.comb += inner.eq(Mux(affine, R["n_read"] - merge, b) if Dr else b)
 
-        m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
-        wr = sram.write_port()
-        rd = sram.read_port()
+        pooled = p.pooled
+        if not pooled:
+            m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
+            wr = sram.write_port()
+            rd = sram.read_port()
         m.submodules.merger = mg = StopMerger(fmt)
         wiring.connect(m, mg.o, wiring.flipped(self.o))
 
@@ -259,10 +299,33 @@ class OnChipBuffer(StepUnit):
         tok = self.i.payload
         is_close = ~tok.done & (tok.stop >= b)
         is_entry = ~tok.done & (tok.stop < b) & (~affine | (tok.stop == 0))   # affine: data only
-        m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
         took = self.i.valid & self.i.ready
-        m.d.comb += [wr.addr.eq(Mux(wb, depth, 0) + widx), wr.data.eq(Cat(tok.payload, tok.stop)),
-                     wr.en.eq(took & is_entry & (widx < depth))]
+        if pooled:
+            # an entry that starts a page waits for the pool to grant one
+            pool, S = self.pool, p.page_entries
+            woff = Signal(range(S))
+            wpage = Signal.like(pool.wpage)          # the page being filled
+            head = [Signal.like(pool.wpage, name=f"head{k}") for k in range(2)]   # each bank's first page
+            starts = is_entry & (woff == 0)
+            m.d.comb += [pool.alloc.eq(self.i.valid & ~full.bit_select(wb, 1) & starts), pool.alloc_bank.eq(wb),
+                         pool.alloc_link.eq(widx != 0),
+                         self.i.ready.eq(~full.bit_select(wb, 1) & (~starts | pool.grant))]
+            page_now = Mux(starts, pool.page, wpage)
+            m.d.comb += [pool.wen.eq(took & is_entry), pool.wpage.eq(page_now), pool.woff.eq(woff),
+                         pool.wdata.eq(Cat(tok.payload, tok.stop))]
+            with m.If(took & is_entry):
+                m.d.sync += [wpage.eq(page_now), woff.eq(Mux(woff == S - 1, 0, woff + 1))]
+                for k in range(2):
+                    with m.If((widx == 0) & (wb == k)):
+                        m.d.sync += head[k].eq(pool.page)
+            with m.If(took & (is_close | tok.done)):
+                m.d.sync += woff.eq(0)
+        else:
+            m.d.comb += self.i.ready.eq(~full.bit_select(wb, 1))
+            m.d.comb += [wr.addr.eq(Mux(wb, depth, 0) + widx), wr.data.eq(Cat(tok.payload, tok.stop)),
+                         wr.en.eq(took & is_entry & (widx < depth))]
+            with m.If(took & is_entry & (widx >= depth)):
+                m.d.sync += self.overflow.eq(1)     # an entry dropped: the output will be wrong, say so
         if p.transpose:
             # a chunk's shape for transposed reads: rows (inner stops + the open last row), first row's tiles
             t_rows = [Signal(range(depth + 1), name=f"rows{k}") for k in range(2)]
@@ -311,7 +374,16 @@ class OnChipBuffer(StepUnit):
         s1_tail, s2_tail = Signal(sb), Signal(sb)   # an entry's trailing block end (affine reads' final close)
         advance = Signal()
         m.d.comb += advance.eq(s1_valid & (~s2_valid | mg.i.ready))
-        m.d.comb += rd.en.eq(advance)
+        if pooled:
+            # a linear reading walks the bank's chain of pages from its head
+            rpage, roff = Signal.like(pool.rpage), Signal(range(S))
+            rp = Mux(ridx == 0, Mux(rb, head[1], head[0]), rpage)
+            ro = Mux(ridx == 0, 0, roff)
+            m.d.comb += [pool.ren.eq(advance & s1_entry), pool.rpage.eq(rp), pool.roff.eq(ro)]
+            with m.If(advance & s1_entry):
+                m.d.sync += [rpage.eq(Mux(ro == S - 1, pool.next, rp)), roff.eq(Mux(ro == S - 1, 0, ro + 1))]
+        else:
+            m.d.comb += rd.en.eq(advance)
 
         # ---- affine read generator (one running offset per read_shape dim, as in LinearOffChipLoad)
         if Dr:
@@ -326,11 +398,13 @@ class OnChipBuffer(StepUnit):
             g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g",
                            merge=merge if Dr >= 2 else None)
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, g.acc[0], ridx))
-        else:
+        elif not pooled:
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
 
         def free_bank():
             m.d.sync += [ridx.eq(0), rep.eq(0), rstate.eq(START), rb.eq(~rb)]
+            if pooled:
+                m.d.comb += [pool.free.eq(1), pool.free_bank.eq(rb)]
             for k in range(2):
                 with m.If(rb == k):
                     m.d.sync += full[k].eq(0)
@@ -443,7 +517,8 @@ class OnChipBuffer(StepUnit):
                          s2_eager.eq(s1_eager), s2_level.eq(s1_level), s2_tail.eq(s1_tail)]
         with m.Elif(mg.i.ready):
             m.d.sync += s2_valid.eq(0)
-        word_payload, word_stop = rd.data[:pw], rd.data[pw:]
+        word = pool.rdata if pooled else rd.data
+        word_payload, word_stop = word[:pw], word[pw:]
         ev = mg.i.payload
         m.d.comb += [mg.i.valid.eq(s2_valid), ev.done.eq(s2_done), ev.end.eq(s2_end), ev.eager.eq(s2_eager)]
         with m.If(s2_entry):

@@ -22,7 +22,7 @@ from step_hdl.units.memport import (MemoryHarness, MemPortShape, SimMemory, memo
                                     read_tensor, sim_ctl_word, unpack_tensor)
 from step_hdl.units.params import ParamError
 
-from helpers import ints, tiles, toks
+from helpers import buffer_reference, ints, tiles, toks
 
 SEEDS = (0, 1, 2)
 L = Ragged("L", integer=True, nonnegative=True)
@@ -332,25 +332,6 @@ def test_random_store(sim_backend, shape, text, base):
 
 
 # ----------------------------------------------------------------------------- OnChipBuffer
-
-def buffer_reference(st, tokens, b, repeat, ref=None, read=None, merge=None):
-    """Bufferize(rank b) -> Streamify(repeat or ref, read pattern) [-> Flatten(0, merge)] in the interpreter;
-    ``ref`` = (StreamType, tokens), ``read`` = (read_shape, read_stride)."""
-    g = Graph("buffer")
-    src = g.source(st, data="x", name="src")
-    buf = g.add("Bufferize", "buf", {"in": src}, rank=b)
-    ins = {"in": buf.out}
-    streams = {"x": tokens}
-    if ref is not None:
-        ins["ref"] = g.source(ref[0], data="r", name="ref")
-        streams["r"] = ref[1]
-    shape, stride = read or (None, None)
-    out = g.add("Streamify", "sfy", ins, repeat=repeat, read_shape=shape, read_stride=stride).out
-    if merge is not None:
-        out = g.flatten(out, 0, merge, name="flat")
-    g.output(out, name="y")
-    return run(g, {}, streams).outputs["y"]
-
 
 BUFFER_CASES = [
     ((3, L), "1 2 3 4 S1 5 S1 6 7 S1 D", 1, None),           # rank-0 buffer stream: eager ends
