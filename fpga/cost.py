@@ -148,7 +148,8 @@ def estimate(design, table: dict | None = None, target: str = "ecp5-85f", exclud
     -------
     dict
         ``luts``, ``ffs``, ``dsps``, ``brams``, ``lutrams`` (rounded),
-        ``soft_multipliers`` and ``units``/``queues``: the per-item estimates.
+        ``soft_multipliers``, ``units``/``queues``: the per-item estimates, and
+        ``not_estimated``: what the table has no entry for (tile pools).
     """
     from .ecp5 import TARGETS
     table = table or load_table()
@@ -181,5 +182,9 @@ def estimate(design, table: dict | None = None, target: str = "ecp5-85f", exclud
         totals["luts"] += soft * per_mul
         totals["dsps"] = cap
     out = {k: round(v) for k, v in totals.items()}
-    out.update(soft_multipliers=soft, units=per_unit, queues=per_queue)
+    # the characterization measures no tile pool yet: say so rather than leave the estimate silently short
+    # (and its pooled buffers are costed as the nearest private variant, SRAM included)
+    not_estimated = [f"tile pool {p.name}: {p.params.pages} pages of {p.params.page_entries} x {p.params.width} bits "
+                     f"and its crossbar to {p.params.clients} buffers (no cost-table entry)" for p in design.pools]
+    out.update(soft_multipliers=soft, units=per_unit, queues=per_queue, not_estimated=not_estimated)
     return out

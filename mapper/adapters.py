@@ -23,6 +23,7 @@ from step_hdl.units.params import StreamParams
 
 from .fabric import FabricError, buffer_entries, buffer_tile_bytes
 from .fusion import buffer_flatten, matmul_chain
+from .pools import pool_pages
 
 
 @dataclass
@@ -66,7 +67,9 @@ class Adapter:
     def unit_name(self, node) -> str:
         return node.kind
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
+        """The unit's structural parameters for ``node`` on ``fab``; ``pool``: the
+        :class:`~step_hdl.mapper.pools.PoolPlan` whose pages hold the node's buffer (on-chip buffers only)."""
         raise NotImplementedError
 
     def configure(self, unit, node, graph, ctx: ConfigContext) -> list[int]:
@@ -77,7 +80,7 @@ class LoadAdapter(Adapter):
     kinds = ("LinearOffChipLoad",)
     units = {"LinearOffChipLoad": offchip.LinearOffChipLoad}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.out_types["out"], f"LinearOffChipLoad '{node.name}'")
         kw = _offchip_common(fab, bursts=True)
         kw.update(_ref_params(node.inputs.get("ref"), f"LinearOffChipLoad '{node.name}' port 'ref'"))
@@ -96,7 +99,7 @@ class OffChipAdapter(LoadAdapter):
              "RandomOffChipStore": offchip.RandomOffChipStore}
     DATA_PORT = {"RandomOffChipLoad": "out", "RandomOffChipStore": "data", "LinearOffChipStore": "in"}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         port = self.DATA_PORT[node.kind]
         t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
         return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name,
@@ -128,15 +131,18 @@ class BufferAdapter(Adapter):
                               f"exactly one Streamify (found {[c for c, _ in users]})")
         return graph.nodes[users[0][0]]
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         sf = self.streamify(node, graph)
         t = _tile(node.t("in"), f"Bufferize '{node.name}'")
         shape_, tr = sf.params.get("read_shape"), bool(sf.params.get("transpose"))
+        pooled = {} if pool is None else dict(pool_pages=pool_pages(pool, fab), page_entries=pool.page_entries)
         p = onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
                                       sram_bytes=fab.sram_bytes, read_dims=2 if tr else len(shape_ or ()),
-                                      transpose=tr,
+                                      transpose=tr, **pooled,
                                       **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
-        # a block that does not fit a bank would wrap around it: an error here, not a wrong result later
+        if pool is not None:
+            return p        # the pool's pages hold it (mapper.pools.check_pool: this program's need fits)
+        # a block that does not fit a bank would be cut short (the unit's overflow flag): an error here
         need = buffer_entries(node, graph, bindings)
         if need > p.bank_depth:
             raise FabricError(f"Bufferize '{node.name}': holds {need} entries of {t} ({buffer_tile_bytes(node)} "
@@ -161,7 +167,7 @@ class MapAdapter(Adapter):
     kinds = ("Map",)
     units = {"Map": compute.Map}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         f = node.p("fn")
         where = f"Map '{node.name}'"
         if f.name not in HW_FUNCTIONS:
@@ -197,7 +203,7 @@ class MatMulAdapter(MapAdapter):
     def unit_name(self, node):
         return "MatMul"
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         p = super().params(node, graph, fab, bindings)
         return matmul.MatMulParams(**{f: getattr(p, f) for f in p.__dataclass_fields__})
 
@@ -216,7 +222,7 @@ class IndexFunctionAdapter(MapAdapter):
     def unit_name(self, node):
         return self.FUNCTIONS[node.p("fn").name]
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         n = node.t("in0").dtype.n if node.p("fn").name == "sel_index" else 1
         return routing.SelIndexParams(n=n, max_rank=fab.max_rank)
 
@@ -225,7 +231,7 @@ class AccumAdapter(Adapter):
     kinds = ("Accum",)
     units = {"Accum": compute.Accum}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
         st = _tile(node.out_types["out"], f"{node.kind} '{node.name}'")
         positions = fab.accum_positions if node.params.get("keep") else 0
@@ -245,7 +251,7 @@ class BroadcastAdapter(Adapter):
     kinds = ("Broadcast",)
     units = {"Broadcast": routing.BroadcastUnit}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = node.t("in").dtype
         if isinstance(t, Selector):
             return routing.BroadcastParams(n=node.p("n"), max_rank=fab.max_rank, selector=t.n)
@@ -258,7 +264,7 @@ class RoutingAdapter(Adapter):
     kinds = ("Partition", "Reassemble", "EagerMerge")
     units = {"Partition": routing.Partition, "Reassemble": routing.Reassemble, "EagerMerge": routing.EagerMerge}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.t("in0" if node.kind in ("Reassemble", "EagerMerge") else "in"), f"{node.kind} '{node.name}'")
         return routing.RoutingParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, n=node.p("n"))
 
@@ -268,7 +274,7 @@ class ShapeAdapter(Adapter):
     units = {"Promote": shape.Promote, "Flatten": shape.Flatten, "RepeatStatic": shape.RepeatStatic,
              "Reshape": shape.Reshape}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
         cls = {"RepeatStatic": shape.RepeatParams, "Reshape": shape.ReshapeParams}.get(node.kind, StreamParams)
         kw = {"pad": node.p("pad") is not None} if node.kind == "Reshape" else {}
@@ -281,7 +287,7 @@ class SourceAdapter(Adapter):
     kinds = ("SelectorSource", "IndexSource")
     units = {"SelectorSource": source.SelectorSource, "IndexSource": source.IndexSource}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         length = sympy.sympify(node.out_types["out"].shape[0])
         if not length.is_Integer:
             raise FabricError(f"{node.kind} '{node.name}': its length {length} must be static (it sizes the "
@@ -305,7 +311,7 @@ class FlatMapAdapter(Adapter):
     kinds = ("FlatMap",)
     units = {"FlatMap": compute.FlatMap}
 
-    def params(self, node, graph, fab, bindings=None):
+    def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.t("in"), f"FlatMap '{node.name}'")
         return compute.FlatMapParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, fn=node.p("fn").name)
 

@@ -30,6 +30,11 @@ COUNTER_BITS = 32
 #: kinds that touch off-chip memory (one memory port each)
 OFFCHIP = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
 STORES = ("LinearOffChipStore",)
+#: status outputs of a unit class that the counter read-back reports as ``<unit>.<output>`` (sticky flags)
+STATUS = {"OnChipBuffer": ("overflow",)}
+#: what the read-back reports of a tile pool: ``peak`` (most pages in use), ``starved`` (a request found no
+#: free page), ``waits`` (cycles a request was not granted)
+POOL_COUNTERS = ("peak", "starved", "waits")
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,19 @@ class SinkSpec:
 
 
 @dataclass(frozen=True)
+class PoolSpec:
+    """A tile pool (:class:`~step_hdl.units.pool.TilePool`): its parameters and the on-chip buffer units that
+    share it, client ``k`` first."""
+
+    name: str
+    params: object
+    clients: tuple
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "params": self.params.to_json(), "clients": list(self.clients)}
+
+
+@dataclass(frozen=True)
 class Design:
     """Everything structural about a mapped program's hardware (hashable, JSON)."""
 
@@ -84,12 +102,15 @@ class Design:
     edges: tuple
     watchdog: int = 4096
     sinks: tuple = ()
+    pools: tuple = ()
 
     def to_json(self) -> dict:
         out = {"name": self.name, "fabric": self.fabric.to_json(), "units": [u.to_json() for u in self.units],
                "edges": [e.to_json() for e in self.edges], "watchdog": self.watchdog}
         if self.sinks:      # (only when present: the cache keys of sink-less designs stay as they were)
             out["sinks"] = [s.to_json() for s in self.sinks]
+        if self.pools:
+            out["pools"] = [p.to_json() for p in self.pools]
         return out
 
     def key(self) -> str:
@@ -105,8 +126,11 @@ class Design:
         names = ["cycles", "bytes_read", "bytes_written", "idle"]
         for u in self.units:
             names += [f"{u.name}.active", f"{u.name}.stalled", f"{u.name}.finish"]
+            names += [f"{u.name}.{s}" for s in STATUS.get(u.cls, ())]
         for e in self.edges:
             names += [f"{e.label}.produced", f"{e.label}.consumed"]
+        for p in self.pools:
+            names += [f"{p.name}.{c}" for c in POOL_COUNTERS]
         return names
 
 
@@ -119,7 +143,8 @@ class Program:
     tile by tile (:mod:`step_hdl.units.memport`) with the tensor's physical tile
     ``tiles[name]`` (``P x P``, or ``[1, P]`` rows / ``[1, 1]`` scalars for
     row-tiled tensors, several of which share one memory word); every tensor
-    starts on a memory word (:attr:`word_bytes`, the widest port's tile).
+    starts on a memory word (:attr:`word_bytes`, the widest port's tile);
+    ``pools``: per tile pool, :meth:`~step_hdl.mapper.pools.PoolPlan.report`.
     """
 
     design: Design
@@ -129,6 +154,20 @@ class Program:
     notes: list = field(default_factory=list)
     tiles: dict = field(default_factory=dict)
     word_bytes: int = 0
+    pools: list = field(default_factory=list)     # per tile pool: its bound, pages and this program's need
+
+
+def buffer_bytes(design: Design) -> dict:
+    """Bytes of tile storage in the on-chip buffers (stop side bits not counted): ``private``, the
+    SRAMs of the buffers that have their own (two banks each), ``pools``, the tile pools' pages, and ``total``."""
+    units = {u.name: u for u in design.units}
+    private = sum(u.params.sram_bytes for u in design.units
+                  if hasattr(u.params, "sram_bytes") and not getattr(u.params, "pooled", False))
+    pools = 0
+    for p in design.pools:
+        b = units[p.clients[0]].params
+        pools += p.params.pages * p.params.page_entries * b.rows * b.cols * b.dt.bits // 8
+    return {"private": private, "pools": pools, "total": private + pools}
 
 
 def tile_bytes(fabric: Fabric) -> int:

@@ -64,6 +64,12 @@ class Fabric:
         The memory's block (the DRAM presets' ``request_bytes``, 64): linear
         loads and stores move the consecutive tiles of one aligned block in one
         burst request (``units.offchip``); 0: a request per tile.
+    pools : bool
+        Buffers of dynamically sized tiles that one routing decision fills share
+        a tile pool (:mod:`step_hdl.mapper.pools`); False: each has an SRAM of its own.
+    pool_pages : int
+        Pages of each tile pool; 0: each pool has the pages its bound says
+        (:func:`fabric_for` writes the largest bound here).
     """
 
     tile: int = 16
@@ -80,6 +86,8 @@ class Fabric:
     accum_positions: int = 64
     max_fifo_depth: int = 64
     burst_bytes: int = 64
+    pools: bool = True
+    pool_pages: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "units", dict(sorted(self.units.items())))
@@ -95,6 +103,11 @@ class Fabric:
         for kind, n in self.units.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise FabricError(f"fabric: unit count for {kind!r} must be an integer >= 0, got {n!r}")
+        if not isinstance(self.pools, bool):
+            raise FabricError(f"fabric: pools must be true or false, got {self.pools!r}")
+        if isinstance(self.pool_pages, bool) or not isinstance(self.pool_pages, int) or self.pool_pages < 0:
+            raise FabricError(f"fabric: pool_pages must be an integer >= 0 (0: each pool's bound), got "
+                              f"{self.pool_pages!r}")
         if isinstance(self.burst_bytes, bool) or not isinstance(self.burst_bytes, int) or self.burst_bytes < 0 \
                 or self.burst_bytes & (self.burst_bytes - 1):
             raise FabricError(f"fabric: burst_bytes must be 0 or a power of two, got {self.burst_bytes!r}")
@@ -117,7 +130,7 @@ class Fabric:
                 "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank,
                 "mem_inflight": self.mem_inflight, "matmul_rows": self.matmul_rows,
                 "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth,
-                "burst_bytes": self.burst_bytes}
+                "burst_bytes": self.burst_bytes, "pools": self.pools, "pool_pages": self.pool_pages}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -191,12 +204,13 @@ def buffer_tile_bytes(node) -> int:
     return int(t.rows) * int(t.cols) * t.dtype.bytes
 
 
-def sram_bytes_needed(graph, bindings=None) -> int:
-    """SRAM per on-chip buffer for the largest Bufferize: two banks of a power-of-two number of entries, each
-    entry a tile of the buffered stream's type (0 if there is none)."""
+def sram_bytes_needed(graph, bindings=None, pooled=()) -> int:
+    """SRAM per on-chip buffer for the largest Bufferize not in ``pooled`` (names of buffers that a tile pool
+    holds): two banks of a power-of-two number of entries, each entry a tile of the buffered stream's type (0
+    if there is none)."""
     need = 0
     for node in graph.nodes.values():
-        if node.kind == "Bufferize":
+        if node.kind == "Bufferize" and node.name not in pooled:
             need = max(need, 2 * _pow2(buffer_entries(node, graph, bindings)) * buffer_tile_bytes(node))
     return need
 
@@ -222,13 +236,19 @@ def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **override
     """The smallest fabric that fits ``graph`` (already lowered to ``tile x tile``).
 
     On-chip buffers are sized (power-of-two entries, double-buffered) for the
-    largest Bufferize and Accum position memories for the largest ``keep``.
+    largest Bufferize outside the tile pools, each tile pool (``pools``, the
+    default) for its bound (:mod:`step_hdl.mapper.pools`), and Accum position
+    memories for the largest ``keep``.
     """
+    from .pools import tile_pools
     fns = sorted({n.p("fn").name for n in graph.nodes.values() if n.kind == "Map"})
     tile_bytes = tile * tile * DTYPES[dtype].bytes
+    pools = tile_pools(graph) if overrides.get("pools", True) else []
+    pooled = {b for p in pools for b in p.buffers}
     kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",),
-              sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings)),
-              accum_positions=_pow2(max(1, keep_positions(graph, bindings))))
+              sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings, pooled)),
+              accum_positions=_pow2(max(1, keep_positions(graph, bindings))),
+              pool_pages=max([p.bound for p in pools] or [0]))
     kw.update(overrides)
     return Fabric(**kw)
 
@@ -247,6 +267,6 @@ def merge(fabrics) -> Fabric:
     fns = tuple(sorted({x for f in fabrics for x in f.map_functions}))
     big = {k: max(getattr(f, k) for f in fabrics) for k in ("fifo_depth", "sram_bytes", "memory_ports", "max_rank",
                                                            "mem_inflight", "accum_positions", "max_fifo_depth",
-                                                           "burst_bytes")}
+                                                           "burst_bytes", "pool_pages")}
     return Fabric(tile=first.tile, dtype=first.dtype, acc_dtype=first.acc_dtype, units=units, map_functions=fns,
-                  matmul_rows=first.matmul_rows, **big)
+                  matmul_rows=first.matmul_rows, pools=all(f.pools for f in fabrics), **big)

@@ -14,13 +14,15 @@ from step_hdl.graph import Graph
 from step_hdl.types import Index, Tile, dtype as make_dtype
 from step_hdl.units.base import hw_port
 from step_hdl.units.params import ParamError
+from step_hdl.units.pool import TilePoolParams
 
 from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
-from .design import OFFCHIP, Design, EdgeSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, pack_config, \
-    tile_bytes
+from .design import OFFCHIP, Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
+    pack_config, tile_bytes
 from .fabric import Fabric, FabricError, static_size
 from .fifo import UNBOUNDED, edge_depth, fifo_depths, join_inputs
 from .fusion import unit_label, units as fused_units
+from .pools import check_pool, pool_pages, tile_pools
 
 #: node kinds that head no unit: a buffer read (inside the Bufferize's OnChipBuffer, never first), the top
 #: level's sink ports and the wires that close cycles
@@ -56,6 +58,9 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     for node in graph.topological_order():
         if node.kind in NOT_UNITS:
             _check_not_unit(node)
+    pools = tile_pools(graph) if fabric.pools else []
+    notes = [n for n in (check_pool(p, fabric, bindings) for p in pools) if n]
+    pool_of = {b: p for p in pools for b in p.buffers}
     for head, (kind, nodes) in fused_units(graph).items():
         node = graph.nodes[head]
         adapter = adapter_for(node, kind)
@@ -63,7 +68,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"{node.kind} '{node.name}': the top-level generator has no hardware unit for "
                               f"this operator yet (it has {', '.join(mapped_kinds())}, Streamify)")
         try:
-            params = adapter.params(node, graph, fabric, bindings)
+            params = adapter.params(node, graph, fabric, bindings, pool=pool_of.get(head))
         except ParamError as exc:
             raise FabricError(f"{node.kind} '{node.name}': no unit can run it on this fabric: {exc}") from None
         u = UnitSpec(unit_label(kind, nodes), adapter.unit_name(node), params, nodes)
@@ -72,7 +77,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             node_unit[n] = u
     depths = fifo_depths(graph, fabric.fifo_depth, bindings)
     joins = join_inputs(graph)
-    edges, sinks, notes = [], [], []
+    edges, sinks = [], []
     made = {u.name: make_unit(u) for u in units}
     for ref, consumer, port in graph.edges():
         cnode = graph.nodes[consumer]
@@ -102,11 +107,27 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
     for made_unit in made.values():
         made_unit._MustUse__silence = True
-    design = Design(name, fabric, tuple(units), tuple(edges), sinks=tuple(sinks))
+    design = Design(name, fabric, tuple(units), tuple(edges), sinks=tuple(sinks),
+                    pools=tuple(_pool_spec(p, fabric, made, node_unit) for p in pools))
     built_units(design, made)
     program = configure(design, graph, bindings, tensor_order, sources)
     program.notes = notes
+    program.pools = [p.report(pool_pages(p, fabric), _entry_bytes(made[node_unit[p.buffers[0]].name]), bindings)
+                     for p in pools]
     return design, program
+
+
+def _entry_bytes(buffer_unit) -> int:
+    p = buffer_unit.params
+    return p.rows * p.cols * p.dt.bits // 8
+
+
+def _pool_spec(pool, fabric, made, node_unit) -> PoolSpec:
+    clients = tuple(node_unit[b].name for b in pool.buffers)
+    fmt = made[clients[0]].fmt("i")
+    params = TilePoolParams(width=fmt.payload_width + fmt.stop_bits, pages=pool_pages(pool, fabric),
+                            page_entries=pool.page_entries, clients=len(clients))
+    return PoolSpec(pool.name, params, clients)
 
 
 def _port_fmt(unit, port):

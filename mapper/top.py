@@ -27,7 +27,14 @@ Interface of :class:`FabricTop` (``docs/architecture.md`` has the table):
     transfer, an output blocked by a full FIFO) and ``<unit>.finish`` (the
     cycle count just after its last transfer), per edge ``<edge>.produced``
     and ``<edge>.consumed`` (tokens into and out of its FIFO; a difference is a
-    token still held, which is how a deadlock report names stuck channels).
+    token still held, which is how a deadlock report names stuck channels),
+    the units' status flags (``<buffer>.overflow``: a private on-chip buffer
+    dropped entries) and per tile pool ``<pool>.peak`` (the most pages in use
+    at once), ``<pool>.starved`` (a request found no free page) and
+    ``<pool>.waits`` (cycles a request waited for its grant).
+
+Tile pools (``Design.pools``): one :class:`~step_hdl.units.pool.TilePool` each,
+client ``k``'s ``pool`` port connected to the pool's ``c{k}``.
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from step_hdl.units.memport import MemPortSignature
+from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
-from .design import COUNTER_BITS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
 
 
 class FabricTop(wiring.Component):
@@ -63,6 +71,11 @@ class FabricTop(wiring.Component):
         units = self.unit_objs
         for name, u in units.items():
             m.submodules[f"u_{name}"] = u
+        pools = {}
+        for spec in d.pools:
+            m.submodules[f"p_{spec.name}"] = pool = pools[spec.name] = TilePool(spec.params)
+            for k, client in enumerate(spec.clients):
+                wiring.connect(m, units[client].pool, getattr(pool, f"c{k}"))
 
         running, done = Signal(), Signal()
         with m.If(self.start):
@@ -159,8 +172,13 @@ class FabricTop(wiring.Component):
             with m.If(live & active):
                 m.d.sync += finish.eq(values["cycles"] + 1)
             values[f"{spec.name}.finish"] = finish
+            for status in STATUS.get(spec.cls, ()):
+                values[f"{spec.name}.{status}"] = getattr(units[spec.name], status)
         for name, fire in counters.items():
             counter(name, fire)
+        for name, pool in pools.items():
+            values[f"{name}.peak"], values[f"{name}.starved"] = pool.peak, pool.starved
+            counter(f"{name}.waits", pool.lost)
         table = Array([values[n] for n in self.counter_names])
         with m.If(self.ctr_addr < len(self.counter_names)):
             m.d.comb += self.ctr_data.eq(table[self.ctr_addr])

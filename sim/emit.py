@@ -26,7 +26,7 @@ import json
 import shutil
 from pathlib import Path
 
-from step_hdl.mapper.design import built_units
+from step_hdl.mapper.design import buffer_bytes, built_units
 from step_hdl.mapper.top import FabricTop
 
 from .dram_timing import DRAM_PRESETS
@@ -123,6 +123,9 @@ def mapping_report(prep, top_name: str, dram) -> dict:
                         prep.program.tensors.items()},
             "memory_words": len(prep.image), "config_writes": len(prep.program.config),
             "notes": list(prep.program.notes),
+            # tile pools: the bound on what their buffers hold together, the pages built, this program's need
+            "pools": list(prep.program.pools),
+            "buffer_bytes": buffer_bytes(d),
             # the fabric's units of each kind, used and available (mapper.binding: the fit check of lowering)
             "fabric_units": prep.lowered.binding.report()["units"] if prep.lowered is not None else {},
             "reference_offchip_bytes": prep.reference_bytes}

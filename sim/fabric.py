@@ -128,6 +128,7 @@ class RtlResult:
     run_s: float = 0.0               # wall time of the run phase alone (start pulse to done)
     outputs: dict = field(default_factory=dict)      # name -> numpy array read back from the DRAM model
     differ: dict = field(default_factory=dict)       # name -> (k, 2) array of (row, col) where it differs
+    problems: list = field(default_factory=list)     # status flags raised: overflowed buffers, starved pools
 
     @property
     def cycles_per_s(self) -> float:
@@ -145,6 +146,14 @@ class RtlResult:
                          "stalled": self.counters[f"{u.name}.stalled"] / c,
                          "finish": self.counters[f"{u.name}.finish"]} for u in design.units}
 
+    def pools(self, design: Design) -> dict:
+        """Per tile pool: its pages, the most in use at once (``peak``), whether a request found none free
+        (``starved``) and the cycles requests waited for a grant (``waits``)."""
+        return {p.name: {"pages": p.params.pages, "page_entries": p.params.page_entries,
+                         "clients": list(p.clients), "peak": self.counters[f"{p.name}.peak"],
+                         "starved": bool(self.counters[f"{p.name}.starved"]),
+                         "waits": self.counters[f"{p.name}.waits"]} for p in design.pools}
+
     def bandwidth_fraction(self, dram: DramParams) -> float:
         """Off-chip bytes / peak bytes per cycle / cycles: the fraction of the bandwidth bound reached."""
         return self.offchip_bytes / dram.peak_bytes_per_cycle / max(1, self.cycles)
@@ -156,9 +165,12 @@ class RtlResult:
                "bytes_written": self.bytes_written, "wall_s": round(self.wall_s, 3), "build_s": round(self.build_s, 3),
                "run_s": round(self.run_s, 3), "cycles_per_s": round(self.cycles_per_s), "stuck": self.stuck,
                "differ": {k: v[:100].tolist() for k, v in self.differ.items()}}
+        out["problems"] = self.problems
         if design is not None:
             out["utilization"] = {k: {a: round(b, 4) for a, b in v.items()}
                                   for k, v in self.utilization(design).items()}
+            if design.pools:
+                out["pools"] = self.pools(design)
         if dram is not None:
             out["bandwidth_fraction"] = round(self.bandwidth_fraction(dram), 4)
         return out
@@ -174,14 +186,34 @@ def _stuck(design: Design, counters: dict) -> list[str]:
     return out
 
 
+def _problems(design: Design, counters: dict) -> list[str]:
+    """What the units' status flags say went wrong: an on-chip buffer that dropped entries of a chunk larger
+    than its SRAM, a tile pool that had no free page for a request."""
+    out = []
+    for u in design.units:
+        if counters.get(f"{u.name}.overflow"):
+            out.append(f"on-chip buffer '{u.name}' overflowed: a chunk had more entries than its SRAM's bank "
+                       f"holds and the rest were dropped (the program sends more than the bindings it was mapped "
+                       f"with: map it with larger bindings)")
+    for p in design.pools:
+        if counters.get(f"{p.name}.starved"):
+            out.append(f"tile pool '{p.name}' ran out of pages: a buffer ({', '.join(p.clients[:4])}"
+                       f"{', ...' if len(p.clients) > 4 else ''}) waited for a free page with all "
+                       f"{p.params.pages} in use (peak {counters[f'{p.name}.peak']}); raise the fabric's pool_pages")
+    return out
+
+
 def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0, raise_on_hang=True,
             run_s=0.0) -> RtlResult:
     design = prep.design
     stuck = _stuck(design, counters) if status != "done" else []
+    problems = _problems(design, counters)
     if status != "done" and raise_on_hang:
         busy = [u.name for u in design.units if counters.get(f"{u.name}.stalled")]
         raise Deadlock(f"the fabric '{design.name}' stopped after {counters['cycles']} cycles ({status}): no token "
-                       f"moved for {design.watchdog} cycles.\n  channels holding undelivered tokens:\n    "
+                       f"moved for {design.watchdog} cycles.\n"
+                       + "".join(f"  {p}\n" for p in problems)
+                       + "  channels holding undelivered tokens:\n    "
                        + ("\n    ".join(stuck) or "none (a unit waits for input that never comes)")
                        + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}",
                        stuck, {e.label: counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"]
@@ -196,9 +228,11 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
             i = tuple(int(x) for x in diff[0])
             mism[name] = (f"{len(diff)} of {want.size} elements differ, first at {i}: got {got[i]}, "
                           f"interpreter {want[i]}")
-    return RtlResult(backend, status, counters["cycles"], status == "done" and not mism, mism,
+    # a dropped entry is a wrong result even where the outputs happen to agree
+    overflowed = any(counters.get(f"{u.name}.overflow") for u in design.units)
+    return RtlResult(backend, status, counters["cycles"], status == "done" and not mism and not overflowed, mism,
                      counters["bytes_read"], counters["bytes_written"], counters, wall, build_s, stuck, run_s,
-                     outputs, differ)
+                     outputs, differ, problems)
 
 
 # ----------------------------------------------------------------------------- back-ends

@@ -126,6 +126,8 @@ def cmd_metrics(args) -> int:
     report["substitutions"] = {k: int(v) for k, v in sorted(values.items())} if not args.symbolic else {}
     report["observed_in_run"] = observed
     report["symbolic"] = {k: str(getattr(m, k)) for k in ("offchip_bytes", "onchip_bytes", "flops")}
+    # on-chip bytes of the dynamically sized tiles one Partition's counts size: the bound for any routing
+    report["dynamic_pools"] = m.pools(graph, values if not args.symbolic else None)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -133,6 +135,10 @@ def cmd_metrics(args) -> int:
     for key in ("offchip_bytes", "onchip_bytes", "flops", "operational_intensity"):
         val = report[key]
         print(f"  {key:24s} {val:,}" if isinstance(val, int) else f"  {key:24s} {val}")
+    for p in report["dynamic_pools"]:
+        need = f", these counts {p['need_bytes']:,}" if p["need_bytes"] is not None else ""
+        print(f"  {'dynamic tiles':24s} {len(p['nodes'])} nodes sized by Partition '{p['partition']}': at most "
+              f"{p['bound_bytes']:,} bytes for any routing of {p['rows_bound']} rows{need}")
     if observed:
         print("  (dynamic sizes observed in an interpreter run)")
     return 0
@@ -234,6 +240,10 @@ def cmd_sim(args) -> int:
     dram = DRAM_PRESETS[args.dram]
     report = {"workload": _label(args), "params": _params_of(args), "tile": prep.design.fabric.tile,
               **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
+    from step_hdl.mapper.design import buffer_bytes
+    report["buffer_bytes"] = buffer_bytes(prep.design)
+    for plan in prep.program.pools:     # the mapper's bound and this program's need beside the measured peak
+        report["pools"][plan["name"]] = {**plan, **report["pools"][plan["name"]]}
     if args.waves:
         from .sim.rtl import build_root
         report["waves"] = str(build_root() / f"{prep.design.name}.vcd")
@@ -260,6 +270,15 @@ def cmd_sim(args) -> int:
             print(f"  waveforms: {report['waves']}")
         busiest = sorted(report["utilization"].items(), key=lambda kv: -kv[1]["active"])[:5]
         print("  busiest units: " + ", ".join(f"{n} {v['active']:.2f}" for n, v in busiest))
+        bb = report["buffer_bytes"]
+        print(f"  on-chip buffers: {bb['total']:,} B of tile storage ({bb['private']:,} B in buffers' own SRAM, "
+              f"{bb['pools']:,} B in tile pools)")
+        for name, pool in report.get("pools", {}).items():
+            print(f"  tile pool {name} ({len(pool['buffers'])} buffers): {pool['pages']} pages of "
+                  f"{pool['page_bytes']:,} B ({pool['bytes']:,} B; bound {pool['bound_pages']} for any routing of "
+                  f"{pool['rows_bound']} rows, this one needs {pool['need_pages']}); peak {pool['peak']} in use")
+        for problem in res.problems:
+            print(f"  PROBLEM: {problem}")
     return 0 if res.outputs_match else 1
 
 

@@ -199,8 +199,9 @@ class Graph:
     def broadcast(self, stream, n=2, name=None) -> list[StreamRef]:
         return self.add("Broadcast", name, {"in": stream}, n=n).outputs
 
-    def selector_source(self, n, values=None, data=None, length=None, name=None) -> StreamRef:
-        return self.add("SelectorSource", name, {}, n=n, values=values, data=data, length=length).out
+    def selector_source(self, n, values=None, data=None, length=None, name=None, k=None) -> StreamRef:
+        """Selectors over ``n`` outputs; ``k``: no element chooses more than ``k`` of them (checked)."""
+        return self.add("SelectorSource", name, {}, n=n, values=values, data=data, length=length, k=k).out
 
     def index_source(self, values=None, data=None, length=None, name=None) -> StreamRef:
         return self.add("IndexSource", name, {}, values=values, data=data, length=length).out

@@ -14,6 +14,12 @@ Rules (per operator, see :mod:`step_hdl.ops`):
 * a matmul Map holds its weight tile and one row of its input tile;
 * FLOPs: per call of the function (matmul ``2·m·k·n``, element-wise 1 per
   element, exp 4, SiLU 8) times the number of calls.
+
+The on-chip bytes of dynamically sized tiles that one Partition's counts size
+(an MoE's expert tiles) have a static bound besides: the counts sum to at most
+the Partition's input chunks times the selector's choices
+(:mod:`step_hdl.counts`), so :func:`dynamic_pools` reports, per Partition,
+what those nodes hold for any routing and what they hold for given counts.
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ class Metrics:
         return Metrics([NodeMetrics(n.name, n.kind, _subs(n.offchip_bytes, table), _subs(n.onchip_bytes, table),
                                     _subs(n.flops, table)) for n in self.nodes])
 
+    def pools(self, graph: Graph, values: dict | None = None) -> list[dict]:
+        """:func:`dynamic_pools` of these metrics' graph."""
+        return dynamic_pools(self, graph, values)
+
     def to_dict(self, values: dict | None = None) -> dict:
         """Plain data: integers where fully substituted, strings otherwise."""
         m = self.subs(values) if values else self
@@ -90,6 +100,50 @@ class Metrics:
             "nodes": [{"name": n.name, "kind": n.kind, "offchip_bytes": conv(n.offchip_bytes),
                        "onchip_bytes": conv(n.onchip_bytes), "flops": conv(n.flops)} for n in m.nodes],
         }
+
+
+def dynamic_pools(m: Metrics, graph: Graph, values: dict | None = None) -> list[dict]:
+    """Per Partition whose counts size on-chip memory: the nodes, the bound on their bytes for any routing and
+    (with ``values``) their bytes for these counts.
+
+    A node counts when its on-chip bytes are linear in the counts of one Partition (a ``Max`` of counts, a
+    buffer that holds one of several tiles at a time, is bounded by their sum); with ``C_i`` the bytes per
+    unit of count ``n_i`` over all those nodes and ``T`` the bound on the counts' sum, they hold at most
+    ``max_i C_i · T`` bytes besides their static part.
+    """
+    from .counts import count_groups
+    groups = count_groups(graph)
+    table = _symbol_table(values or {})
+    out: dict = {}
+    for n in m.nodes:
+        e = sympy.sympify(n.onchip_bytes)
+        names = {s.name for s in e.free_symbols}
+        parts = {groups[s].partition for s in names if s in groups}
+        if not names or len(parts) != 1 or not names <= set(groups[next(iter(names))].symbols):
+            continue
+        upper = e.replace(lambda x: isinstance(x, sympy.Max), lambda x: sympy.Add(*x.args))
+        syms = sorted(upper.free_symbols, key=lambda s: s.name)
+        try:
+            poly = sympy.Poly(sympy.expand(upper), *syms)
+        except sympy.PolynomialError:
+            continue
+        if poly.total_degree() > 1 or any(c < 0 for c in poly.coeffs()):
+            continue
+        g = groups[syms[0].name]
+        p = out.setdefault(g.partition, {"partition": g.partition, "rows_bound": g.total, "nodes": [],
+                                         "per_count": {}, "need_bytes": 0, "static_bytes": 0})
+        p["nodes"].append(n.name)
+        const = int(poly.coeff_monomial(1))
+        p["static_bytes"] += const
+        for s in syms:
+            p["per_count"][s.name] = p["per_count"].get(s.name, 0) + int(poly.coeff_monomial(s))
+        got = _subs(e, table)
+        p["need_bytes"] = None if p["need_bytes"] is None or got.free_symbols else p["need_bytes"] + int(got) - const
+    for p in out.values():
+        p["bound_bytes"] = max(p.pop("per_count").values()) * p["rows_bound"]
+        if not values:
+            p["need_bytes"] = None
+    return list(out.values())
 
 
 def _symbol_table(values: dict) -> dict:
@@ -161,4 +215,4 @@ def _symbolic_tile(t) -> bool:
     return isinstance(t, Tile) and not (t.rows.is_Integer and t.cols.is_Integer)
 
 
-__all__ = ["Metrics", "NodeMetrics", "metrics", "observed_symbols"]
+__all__ = ["Metrics", "NodeMetrics", "dynamic_pools", "metrics", "observed_symbols"]

@@ -210,8 +210,8 @@ def _moe_checks(w, prep, res):
 def test_moe_dynamic_tiling_small_on_amaranth():
     """Dynamic token tiles in RTL: two experts, eight tokens; each expert's rows form one [N_e, H] tile, packed
     into blocks of 4 rows (3 and 5 rows: one partial block, and a full one and a partial one); bit-exact.
-    Measured 2026-12-02: RTL 366 cycles (355 as row tiles), model 335 (-8.5 %; -11.2 % before the model
-    counted the lowered pack, unpack and block-row matmul chains' registers)."""
+    The two token tiles share a tile pool of 3 pages and fill it (``tests/test_pools.py``). Measured
+    2026-12-02: RTL 354 cycles (366 before the MatMul units; 355 as row tiles), model 329 (-7.1 %)."""
     from step_hdl.workloads.moe import moe
     routing = np.array([[0], [1], [1], [0], [1], [1], [0], [1]])
     w = moe(routing, 2, hidden=8, inter=8, tile_inter=8, dtype="int16", tiling="dynamic")

@@ -49,6 +49,7 @@ import sys
 import time
 
 from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl as run
+from step_hdl.mapper.design import buffer_bytes
 from step_hdl.workloads.traces import TraceNotFound
 
 TILE = 4
@@ -72,6 +73,8 @@ def measure(variants: dict, backend: str, dram_name: str) -> tuple[dict, bool]:
             "rtl_offchip_bytes": res.offchip_bytes, "reference_offchip_bytes": prep.reference_bytes,
             "build_s": round(res.build_s, 1), "run_s": round(res.run_s, 2),
             "model_s": round(time.perf_counter() - t0, 3),
+            # the fabric's on-chip tile storage: buffers' own SRAMs and tile pools (mapper.design.buffer_bytes)
+            "buffer_bytes": buffer_bytes(prep.design), "pools": res.pools(prep.design),
             "offchip_bytes_per_cycle": {"rtl": round(res.offchip_bytes / res.cycles, 2),
                                         "model": round(m.offchip_bytes / m.cycles, 2)},
             "unit_cycles": breakdown(prep.design, res, m)}

@@ -49,18 +49,25 @@ class SelectorSource(_Source):
 
     Rows may hold -1 entries (no choice). ``values`` embeds the rows in the
     graph; otherwise they come from the interpreter's ``streams[data or name]``.
+    ``k`` (optional) declares that no element chooses more than ``k`` outputs
+    (an MoE's top-k), checked on every element: what a Partition routes by it
+    then bounds the sum of its output counts statically (:mod:`step_hdl.counts`).
     """
 
     kind = "SelectorSource"
-    params_spec = {"n": ("int",), "values": ("values", None), "data": ("str", None), "length": ("dim", None)}
+    params_spec = {"n": ("int",), "values": ("values", None), "data": ("str", None), "length": ("dim", None),
+                   "k": ("int", None)}
 
     def infer(self):
-        if self.p("n") < 1:
-            raise self.type_error(f"n must be >= 1, got {self.p('n')}")
-        return {"out": StreamType(Selector(self.p("n")), (self.length_dim(),))}
+        n, k = self.p("n"), self.p("k")
+        if n < 1:
+            raise self.type_error(f"n must be >= 1, got {n}")
+        if k is not None and not 1 <= k <= n:
+            raise self.type_error(f"k (the most choices of one element) must be in 1..{n}, got {k}")
+        return {"out": StreamType(Selector(n), (self.length_dim(),))}
 
     def run(self, io):
-        n = self.p("n")
+        n, k = self.p("n"), self.p("k")
         for t, row in enumerate(self.values(io)):
             mask = 0
             for c in np.atleast_1d(np.asarray(row, dtype=object)).tolist():
@@ -69,6 +76,8 @@ class SelectorSource(_Source):
                     raise io.fail(f"choice {c} of element {t} out of range for {n} outputs")
                 if c >= 0:
                     mask |= 1 << c
+            if k is not None and bin(mask).count("1") > k:
+                raise io.fail(f"element {t} chooses {bin(mask).count('1')} outputs, more than k = {k}")
             yield from io.put("out", data(mask))
         yield from io.put("out", DONE)
 

@@ -65,7 +65,7 @@ def moe_graph(batch, experts, top_k, hidden, inter, tile_inter, dt="fp32", tilin
     g.tensor("y", batch, H, dt)
 
     rows = g.load("x", tile=(1, H), out_shape=[batch], stride=[1], name="load_x")
-    sel_route, sel_merge = g.broadcast(g.selector_source(E, data="routing", length=batch, name="routing"),
+    sel_route, sel_merge = g.broadcast(g.selector_source(E, data="routing", length=batch, name="routing", k=top_k),
                                        2, name="bcast_routing")
     per_expert = g.partition(rows, sel_route, E, rank=0, name="route")
 
