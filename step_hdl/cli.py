@@ -373,60 +373,81 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_compare(args) -> int:
-    from step_hdl.sim.compare import PAPER_SWIGLU, compare, load_rtl_points, run_rtl_sweep, swiglu_model_fn
-    size = tuple(args.size) if args.size else PAPER_SWIGLU
-    if not args.rtl_json:
-        # run the RTL here: one build for the sweep (16x16: ~10 minutes the first time, cached afterwards)
-        print(f"running the RTL sweep on {args.backend} (pass --rtl-json PATH to reuse measured results)",
-              file=sys.stderr, flush=True)
-        points = run_rtl_sweep(size, args.phys_tile, args.backend, args.dram,
-                               progress=lambda m: print(m, file=sys.stderr, flush=True))
-        cmp = compare(points, swiglu_model_fn(size, args.phys_tile, args.dram))
-        return _report_compare(args, cmp, size, points)
-    try:
-        points = load_rtl_points(args.rtl_json)
-    except OSError as exc:
-        print(f"step-hdl: error: cannot read {args.rtl_json}: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:       # also json.JSONDecodeError
-        print(f"step-hdl: error: {exc}", file=sys.stderr)
-        return 2
-    cmp = compare(points, swiglu_model_fn(size, args.phys_tile, args.dram))
-    return _report_compare(args, cmp, size, points)
+    from step_hdl.sim.compare import PAPER_SWIGLU, SWEEPS, CompareError, Point, compare, load_rtl_json, \
+        run_rtl_points, swiglu_points
+    name = args.workload
+    if name == "swiglu":
+        size = tuple(args.size) if args.size else PAPER_SWIGLU
+        sweep = swiglu_points(size, args.phys_tile, args.dram or "paper")
+        title = f"SwiGLU B={size[0]} H={size[1]} I={size[2]} int16, {args.phys_tile}x{args.phys_tile} tiles"
+    else:
+        sweep = SWEEPS[name](args.dram or "paper")
+        title = f"{name} (default sweep)"
+    by_grid = {(p.params["tile-b"], p.params["tile-inter"]): p for p in sweep} if name == "swiglu" else {}
 
-
-def _report_compare(args, cmp, size, points) -> int:
-    from step_hdl.sim.compare import plot
+    def legacy(tb, ti):     # bench/rtl_sim.py's {tile_b, tile_inter, cycles}: this command's sizes, tile, preset
+        return by_grid.get((tb, ti)) or Point("swiglu", {**sweep[0].params, "tile-b": tb, "tile-inter": ti},
+                                               sweep[0].tile, sweep[0].dram, sweep[0].group)
+    if args.rtl_json:
+        results = load_rtl_json(args.rtl_json, legacy if name == "swiglu" else None)
+        for k, r in enumerate(results):
+            p = Point.from_json(r, f"{args.rtl_json}: point {k}")
+            label = "moe-tm" if p.group.startswith("moe tm") else p.workload
+            if p.workload != sweep[0].workload or (name == "moe-tm") != (label == "moe-tm"):
+                raise CompareError(f"{args.rtl_json}: point {k} is a {label} point ({p.label()}); this is "
+                                   f"'step-hdl compare {name}'")
+            if args.dram and p.dram != args.dram:
+                raise CompareError(f"{args.rtl_json}: point {k} ({p.label()}) was measured with DRAM preset "
+                                   f"{p.dram!r}, not --dram {args.dram!r}")
+    else:
+        # the sweep's RTL here: one build per design structure (16x16 SwiGLU: ~15 minutes the first time)
+        print(f"running the RTL of {len(sweep)} points on {args.backend} (pass --rtl-json PATH to reuse "
+              f"measured results)", file=sys.stderr, flush=True)
+        results = run_rtl_points(sweep, args.backend, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.save_rtl:
+            _write(args.save_rtl, json.dumps(results, indent=1))
+    cmp = compare(results)
     if args.plot:
-        plot(cmp, args.plot, f"SwiGLU B={size[0]} H={size[1]} I={size[2]}, {args.phys_tile}x{args.phys_tile}, "
-                             f"DRAM {args.dram}")
+        from step_hdl.sim.compare import plot
+        plot(cmp, args.plot, title)
     if args.json:
         print(json.dumps(cmp.to_dict(), indent=1))
     else:
-        print(f"SwiGLU B={size[0]} H={size[1]} I={size[2]} int16, {args.phys_tile}x{args.phys_tile} tiles, "
-              f"DRAM '{args.dram}': model vs {len(points)} RTL points")
+        print(f"{title}: model against {len(cmp.points)} RTL points")
         print(cmp.table())
     return 0
 
 
 def _add_compare_parser(sub):
+    from step_hdl.sim.compare import SWEEPS
     from step_hdl.sim.dram_timing import DRAM_PRESETS
     p = sub.add_parser("compare", help="approximate model vs measured RTL cycles over a sweep")
     wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
-    wp = wsub.add_parser("swiglu", help="SwiGLU tile-size sweep",
-                         description="approximate model vs measured RTL cycles, SwiGLU tile-size sweep")
-    wp.add_argument("--sweep", default="paper", choices=("paper",),
-                    help="sweep (default: paper: B=64 H=256 I=512, tile_b x tile_inter)")
-    wp.add_argument("--rtl-json", default=None, help="RTL results: a list of {tile_b, tile_inter, cycles} or "
-                                                     "bench/rtl_sim.py --sweep --json output")
-    wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
-                    help="SwiGLU sizes (default: the paper's 64 256 512)")
-    wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
-    wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
-                    help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
-    wp.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
-    wp.add_argument("--json", action="store_true", help="print one JSON object")
-    wp.add_argument("--plot", default=None, metavar="PNG", help="draw model and RTL cycles per point here")
+    helps = {"swiglu": "SwiGLU tile-size sweep (the paper's, at 16x16; --size and --phys-tile scale it)",
+             "swiglu-4": "the SwiGLU sweep at a quarter of the size (B=16 H=64 I=128) on 4x4 tiles",
+             "moe": "MoE on mixtral_b64 (H=16 I=32, 4x4 tiles): static token tiles of 3 to 16 rows, dynamic",
+             "moe-tm": "time-multiplexed MoE on mixtral_b64 (H=4 I=8, 4x4 tiles): 1, 2, 4 experts per region",
+             "gqa": "GQA decode on a b16 KV trace (4 regions, 4x4 tiles): interleaved, contiguous, dynamic"}
+    for name in SWEEPS:
+        wp = wsub.add_parser(name, help=helps[name], description=f"approximate model vs measured RTL cycles: "
+                                                                 f"{helps[name]}")
+        wp.add_argument("--rtl-json", default=None,
+                        help="measured RTL results (--save-rtl or bench/crossval.py --json output; for swiglu also "
+                             "a list of {tile_b, tile_inter, cycles} or bench/rtl_sim.py --sweep --json output)")
+        if name == "swiglu":
+            wp.add_argument("--sweep", default="paper", choices=("paper",),
+                            help="sweep (default: paper: B=64 H=256 I=512, tile_b x tile_inter)")
+            wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
+                            help="SwiGLU sizes (default: the paper's 64 256 512)")
+            wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+        wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
+                        help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
+        wp.add_argument("--dram", default=None, choices=tuple(DRAM_PRESETS),
+                        help="DRAM preset of the RTL runs (default: paper); with --rtl-json the points' own, "
+                             "which must be this one if given")
+        wp.add_argument("--save-rtl", default=None, metavar="JSON", help="write the RTL results measured here")
+        wp.add_argument("--json", action="store_true", help="print one JSON object")
+        wp.add_argument("--plot", default=None, metavar="PNG", help="draw model against RTL cycles per point here")
 
 
 def _add_synth_parser(sub):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from step_hdl.cli import main
-from step_hdl.sim.compare import compare, load_rtl_points, mape, pearson, swiglu_model_fn
+from step_hdl.sim.compare import (SWEEPS, CompareError, compare, load_rtl_json, mape, model_cycles, paper_points,
+                                  pearson, point_workload, swiglu_points)
 
 # SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
 # `python bench/rtl_sim.py --tiles 16 --sweep` (Verilator), 2026-12-02 (MatMul units summing their k-runs,
@@ -19,32 +20,63 @@ RTL_SWIGLU_16 = {
 }
 
 
+def _pts(cycles: dict, size=(32, 64, 64), tile=16):
+    """Results in run_rtl_points' form from ``{(tile_b, tile_inter): cycles}``."""
+    B, H, I = size
+    return [{"workload": "swiglu", "params": {"batch": B, "hidden": H, "inter": I, "tile-b": tb, "tile-inter": ti},
+             "tile": tile, "dram": "paper", "group": "g", "rtl_cycles": c, "outputs_match": True}
+            for (tb, ti), c in cycles.items()]
+
+
 def test_statistics_on_known_numbers():
     assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert np.isnan(pearson([1, 1, 1], [1, 2, 3]))
     assert mape([100, 200], [110, 180]) == pytest.approx(10.0)
-    pts = [{"tile_b": 1, "tile_inter": 1, "cycles": 100}, {"tile_b": 1, "tile_inter": 2, "cycles": 200},
-           {"tile_b": 2, "tile_inter": 1, "cycles": 400}]
+    pts = _pts({(1, 1): 100, (1, 2): 200, (2, 1): 400})
     model = {(1, 1): 105, (1, 2): 190, (2, 1): 480}
-    c = compare(pts, lambda p: model[p["tile_b"], p["tile_inter"]])
+    c = compare(pts, lambda r: model[r["params"]["tile-b"], r["params"]["tile-inter"]])
     assert [p["error_pct"] for p in c.points] == pytest.approx([5.0, -5.0, 20.0])
     assert c.mape == pytest.approx(10.0)
     assert c.pearson == pytest.approx(np.corrcoef([100, 200, 400], [105, 190, 480])[0, 1])
-    assert c.worst["tile_b"] == 2 and c.worst["error_pct"] == pytest.approx(20.0)
-    with pytest.raises(ValueError):
-        compare([{"tile_b": 1, "tile_inter": 1}], lambda p: 1)
+    assert c.worst["params"]["tile-b"] == 2 and c.worst["error_pct"] == pytest.approx(20.0)
+    assert c.per_workload["swiglu"]["points"] == 3
 
 
-def test_load_rtl_points_accepts_a_list_or_bench_output(tmp_path):
-    pts = [{"tile_b": 16, "tile_inter": 16, "cycles": 5}, {"tile_b": 16, "tile_inter": 32, "status": "hung",
-                                                           "cycles": 9}]
-    (tmp_path / "a.json").write_text(json.dumps(pts))
-    (tmp_path / "b.json").write_text(json.dumps({"sweep": pts}))
-    assert load_rtl_points(tmp_path / "a.json") == pts[:1] == load_rtl_points(tmp_path / "b.json")
-    (tmp_path / "c.json").write_text(json.dumps({"other": 1}))
-    with pytest.raises(ValueError):
-        load_rtl_points(tmp_path / "c.json")
+@pytest.mark.parametrize("bad, msg", [
+    ([], "RTL results: no measured points"),
+    (_pts({(1, 1): 100}) + _pts({(1, 1): 100}), r"points 0 and 1 are the same configuration \(swiglu batch=32 "
+                                                r"hidden=64 inter=64 tile-b=1 tile-inter=1 P=16 paper\), duplicated: "
+                                                r"100 and 100 cycles"),
+    (_pts({(1, 1): 100}) + _pts({(1, 1): 120}), "contradictory: 100 and 120 cycles"),
+    ([{**_pts({(1, 1): 100})[0], "rtl_cycles": 0}], r"point 0 \(.*\): rtl_cycles must be a positive integer, got 0"),
+    ([{**_pts({(1, 1): 100})[0], "outputs_match": False}], "its RTL outputs differ from the interpreter"),
+    ([{"workload": "conv"}], "point 0: unknown workload 'conv'; workloads: swiglu, moe, gqa"),
+])
+def test_bad_measurements_are_refused(bad, msg):
+    with pytest.raises(CompareError, match=msg):
+        compare(bad, lambda r: 1)
+
+
+def test_load_rtl_json_accepts_every_form(tmp_path):
+    legacy = [{"tile_b": 16, "tile_inter": 16, "cycles": 5}, {"tile_b": 16, "tile_inter": 32, "status": "hung",
+                                                              "cycles": 9}]
+    (tmp_path / "a.json").write_text(json.dumps(legacy))
+    (tmp_path / "b.json").write_text(json.dumps({"sweep": legacy}))
+    new = _pts({(4, 4): 7})
+    (tmp_path / "c.json").write_text(json.dumps({"points": new}))
+    made = lambda tb, ti: swiglu_points((32, 64, 64), 16)[0]        # noqa: E731
+    a = load_rtl_json(tmp_path / "a.json", made)
+    assert a == load_rtl_json(tmp_path / "b.json", made) and len(a) == 1 and a[0]["rtl_cycles"] == 5
+    assert load_rtl_json(tmp_path / "c.json") == new
+    (tmp_path / "d.json").write_text(json.dumps({"other": 1}))
+    with pytest.raises(CompareError, match="expected a list of points or an object with a 'points' or 'sweep'"):
+        load_rtl_json(tmp_path / "d.json")
+    (tmp_path / "e.json").write_text("[{")
+    with pytest.raises(CompareError, match="e.json is not valid JSON"):
+        load_rtl_json(tmp_path / "e.json")
+    with pytest.raises(CompareError, match="a SwiGLU sweep point .* compare it with 'step-hdl compare swiglu'"):
+        load_rtl_json(tmp_path / "a.json")
 
 
 def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
@@ -56,40 +88,94 @@ def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
     args = ["compare", "swiglu", "--rtl-json", str(path), "--size", "32", "64", "64"]
     assert main(args + ["--json", "--plot", str(tmp_path / "cmp.png")]) == 0
     out = json.loads(capsys.readouterr().out)
-    fn = swiglu_model_fn((32, 64, 64))
-    assert [(p["tile_b"], p["tile_inter"], p["rtl_cycles"]) for p in out["points"]] == \
+    assert [(p["params"]["tile-b"], p["params"]["tile-inter"], p["rtl_cycles"]) for p in out["points"]] == \
         [(p["tile_b"], p["tile_inter"], p["cycles"]) for p in pts]
-    assert [p["model_cycles"] for p in out["points"]] == [fn(p) for p in pts]
-    assert out["mape"] == pytest.approx(mape([p["cycles"] for p in pts], [fn(p) for p in pts]), rel=1e-5)
+    want = [model_cycles({"workload": "swiglu", "params": {"batch": 32, "hidden": 64, "inter": 64,
+                                                           "tile-b": p["tile_b"], "tile-inter": p["tile_inter"]},
+                          "tile": 16, "dram": "paper"}) for p in pts]
+    assert [p["model_cycles"] for p in out["points"]] == want
+    assert out["mape_pct"] == pytest.approx(mape([p["cycles"] for p in pts], want), rel=1e-5)
     assert -1 <= out["pearson"] <= 1
     assert (tmp_path / "cmp.png").stat().st_size > 0
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "rtl_cycles" in text and "pearson" in text and "mape" in text
+    assert "rtl_cycles" in text and "pearson" in text and "mean error" in text
 
 
+def test_cli_compare_refuses_points_of_another_workload_or_preset(tmp_path, capsys):
+    path = tmp_path / "rtl.json"
+    path.write_text(json.dumps(_pts({(4, 4): 100})))
+    assert main(["compare", "gqa", "--rtl-json", str(path)]) == 2
+    assert "point 0 is a swiglu point (swiglu batch=32" in capsys.readouterr().err
+    assert main(["compare", "swiglu", "--rtl-json", str(path), "--dram", "paper-studies"]) == 2
+    assert "was measured with DRAM preset 'paper', not --dram 'paper-studies'" in capsys.readouterr().err
+    path.write_text("[]")
+    assert main(["compare", "swiglu", "--rtl-json", str(path)]) == 2
+    assert "no measured points" in capsys.readouterr().err
 
-def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch):
-    """Without --rtl-json, compare runs the RTL itself (here stubbed: the real 16x16 sweep takes minutes)."""
+
+def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch, tmp_path):
+    """Without --rtl-json, compare runs the RTL itself (here stubbed: the real sweeps take minutes)."""
     from step_hdl.sim import compare as cmp_mod
-    from step_hdl.sim.compare import paper_points
     assert paper_points(tile=4)[:2] == [(4, 4), (4, 8)] and len(paper_points()) == 15
     seen = {}
 
-    def fake(size, tile, backend, dram, progress=None):
-        seen.update(size=size, tile=tile, backend=backend)
-        return [{"tile_b": 4, "tile_inter": 4, "cycles": 1000}, {"tile_b": 8, "tile_inter": 4, "cycles": 900}]
-    monkeypatch.setattr(cmp_mod, "run_rtl_sweep", fake)
+    def fake(points, backend, progress=None):
+        seen.update(n=len(points), tile=points[0].tile, backend=backend, params=points[0].params)
+        return [{**p.to_json(), "rtl_cycles": 1000 + 10 * k, "outputs_match": True} for k, p in enumerate(points[:2])]
+    monkeypatch.setattr(cmp_mod, "run_rtl_points", fake)
+    saved = tmp_path / "rtl.json"
     assert main(["compare", "swiglu", "--size", "16", "8", "64", "--phys-tile", "4", "--backend", "amaranth",
-                 "--json"]) == 0
+                 "--json", "--save-rtl", str(saved)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert seen == {"size": (16, 8, 64), "tile": 4, "backend": "amaranth"} and len(out["points"]) == 2
+    assert seen == {"n": 15, "tile": 4, "backend": "amaranth",
+                    "params": {"batch": 16, "hidden": 8, "inter": 64, "tile-b": 4, "tile-inter": 4}}
+    assert len(out["points"]) == 2 and len(json.loads(saved.read_text())) == 2
+
+
+@pytest.mark.parametrize("name, n", [("swiglu", 15), ("swiglu-4", 15), ("moe", 7), ("moe-tm", 3), ("gqa", 3)])
+def test_every_workload_has_a_default_sweep_whose_points_build(name, n):
+    pts = SWEEPS[name]()
+    assert len(pts) == n and len({p.key() for p in pts}) == n
+    w = point_workload(pts[-1])
+    assert w.graph.nodes
 
 
 def test_model_tracks_rtl_swiglu_paper_sweep():
     # the memory-system issue's target: pearson >= 0.995, MAPE <= 3 %; and every point within 10 %
-    pts = [{"tile_b": tb, "tile_inter": ti, "cycles": c} for (tb, ti), c in RTL_SWIGLU_16.items()]
-    c = compare(pts, swiglu_model_fn())
-    bad = [(p["tile_b"], p["tile_inter"], p["error_pct"]) for p in c.points if abs(p["error_pct"]) > 10]
+    pts = [{**p.to_json(), "rtl_cycles": RTL_SWIGLU_16[p.params["tile-b"], p.params["tile-inter"]]}
+           for p in swiglu_points()]
+    c = compare(pts)
+    bad = [(p["params"]["tile-b"], p["params"]["tile-inter"], p["error_pct"]) for p in c.points
+           if abs(p["error_pct"]) > 10]
     assert not bad, f"model off by more than 10 %: {bad}; pearson {c.pearson:.3f}, mape {c.mape:.1f} %"
     assert c.pearson >= 0.995 and c.mape <= 3, f"pearson {c.pearson:.4f}, mape {c.mape:.2f} %"
+
+
+def test_crossval_bench_on_fabricated_rtl(tmp_path, capsys):
+    """bench/crossval.py compares measured results without running RTL (--rtl-json) and writes the JSON the
+    issue asks for: every point with its parameters, and the statistics over all and per workload."""
+    import importlib
+    import sys as _sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    _sys.path.insert(0, str(bench))
+    try:
+        cv = importlib.import_module("crossval")
+    finally:
+        _sys.path.remove(str(bench))
+    assert len(cv.POINTS) >= 40 and {p.dram for p in cv.POINTS} == {"paper", "paper-studies"}
+    assert {p.tile for p in cv.POINTS} == {4, 16} and len({p.key() for p in cv.POINTS}) == len(cv.POINTS)
+    pts = _pts({(4, 4): 400, (8, 16): 300}, size=(16, 8, 64), tile=4)
+    (tmp_path / "rtl.json").write_text(json.dumps(pts))
+    out = tmp_path / "cv.json"
+    assert cv.main(["--rtl-json", str(tmp_path / "rtl.json"), "--json", str(out), "--plot",
+                    str(tmp_path / "cv.png")]) == 0
+    res = json.loads(out.read_text())
+    assert {"points", "pearson", "mape_pct", "worst_pct", "per_workload"} <= set(res)
+    p = res["points"][0]
+    assert (p["workload"], p["tile-b"], p["tile-inter"], p["rtl_cycles"]) == ("swiglu", 4, 4, 400)
+    assert p["model_cycles"] == model_cycles(pts[0]) and (tmp_path / "cv.png").stat().st_size > 0
+    (tmp_path / "dup.json").write_text(json.dumps(pts + pts[:1]))
+    assert cv.main(["--rtl-json", str(tmp_path / "dup.json")]) == 2
+    assert "points 0 and 2 are the same configuration" in capsys.readouterr().err

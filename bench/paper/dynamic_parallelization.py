@@ -3,8 +3,9 @@
 GQA decode as in Qwen3-30B-A3B (32 query heads = 4 KV heads x group 8, head
 dimension 128, fp32) over the real KV-cache-length traces of batch 16, 64 and
 80 (``../shared/traces/kv_cache_lengths``: 21 + 15 + 15 batches), on 4 parallel
-regions, on the approximate model (timing-only, 16x16 physical tiles, the
-paper's DRAM). A work item is one (request, KV head) pair; the strategies
+regions, on the approximate model (timing-only, 16x16 physical tiles, DRAM
+preset ``--dram``, by default the paper's dynamic studies' 32 channels,
+1,024 B/cycle). A work item is one (request, KV head) pair; the strategies
 (``step_hdl.workloads.gqa``): static ``contiguous`` (requests split into 4
 consecutive blocks), static ``interleaved`` (request b to region b mod 4) and
 ``dynamic`` (each item to the first free region: EagerMerge of the regions'
@@ -37,7 +38,18 @@ Summary (JSON fields):
   strategy's imbalance (largest region's KV rows / mean), the speedup a
   perfectly balanced schedule would have over it when regions do not compete;
 * ``by_class`` and ``by_batch``: per class (and per batch size) the geometric
-  means of each strategy's normalized cycles and of the best-static speedup.
+  means of each strategy's normalized cycles and of the best-static speedup;
+* ``bandwidth_sweep``: where dynamic assignment pays. Each region reads its KV
+  rows through its own load's memory port, one physical tile (a ``[1, 16]`` fp32
+  row piece, 64 bytes) accepted per cycle (``sim.dram``): a region's own rate
+  is ``port_bytes_per_cycle`` = 64 B/cycle, 256 for the 4 regions. The sweep
+  runs three batches of each size (the lowest, middle and highest spread) with
+  the preset's DRAM at 4, 8, 16, 32 and 64 channels (128 to 2,048 B/cycle, the
+  rest of the preset as it is): per total bandwidth, the geomean speedup of
+  dynamic over the better static schedule. Below the regions' summed rate the
+  memory binds the whole fabric and no assignment can be faster; above it each
+  region's own rate binds, and the balance of work across regions sets the
+  latency.
 
     python bench/paper/dynamic_parallelization.py [--json PATH] [--plot PATH] [--quick] [--scale S]
 
@@ -115,6 +127,41 @@ def _summary(rows: list[dict]) -> dict:
             "geomean_best_static_imbalance": round(geomean(r[r["best_static"]]["imbalance"] for r in rows), 4)}
 
 
+#: DRAM channel counts of the bandwidth sweep (the preset's other parameters kept)
+SWEEP_CHANNELS = (4, 8, 16, 32, 64)
+
+
+def bandwidth_sweep(batches=BATCHES, scale: int = SCALE, files_of=None, channels=SWEEP_CHANNELS,
+                    **shape) -> list[dict]:
+    """Geomean speedup of dynamic over the better static schedule per DRAM bandwidth (``run``'s docstring)."""
+    import dataclasses
+
+    import paper_common
+    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.workloads.traces import kv_traces
+    files_of = files_of or (lambda b: [f for i, f in enumerate(kv_traces(b))
+                                       if i in (0, len(kv_traces(b)) // 2, len(kv_traces(b)) - 1)])
+    preset = paper_common.DRAM
+    base = DRAM_PRESETS[preset] if isinstance(preset, str) else preset
+    regions = shape.get("regions", REGIONS)
+    port = paper_common.PHYS_TILE * 4            # one [1, P] fp32 row piece per cycle per port
+    out = []
+    try:
+        for c in channels:
+            paper_common.DRAM = dataclasses.replace(base, channels=c, inflight=base.inflight * c // base.channels)
+            progress(f"bandwidth sweep: {c} channels ({paper_common.DRAM.peak_bytes_per_cycle:.0f} B/cycle)")
+            res = run(batches, scale, files_of, **shape)
+            out.append({"channels": c, "total_bytes_per_cycle": paper_common.DRAM.peak_bytes_per_cycle,
+                        "port_bytes_per_cycle": port, "regions_bytes_per_cycle": regions * port,
+                        "total_over_regions": round(paper_common.DRAM.peak_bytes_per_cycle / (regions * port), 3),
+                        "batches": len(res["per_batch"]),
+                        "geomean_speedup_vs_best_static": res["geomean_speedup_vs_best_static"],
+                        "max_speedup_vs_best_static": res["max_speedup_vs_best_static"]})
+    finally:
+        paper_common.DRAM = preset
+    return out
+
+
 def run(batches=BATCHES, scale: int = SCALE, files_of=None, **shape) -> dict:
     """The study; ``files_of(batch)`` picks the trace files (default: all of them), ``shape`` shrinks the graph."""
     from step_hdl.workloads.gqa import scale_lengths
@@ -173,12 +220,38 @@ def report(res: dict) -> str:
                  f"better static strategy overall ({res['best_static_strategy']}): "
                  f"{res['geomean_speedup_vs_best_static_strategy']:.3f}x; KV lengths / {res['scale']} "
                  f"(paper: about {PAPER['geomean_speedup_vs_best_static']}x, up to about {PAPER['max_speedup']}x)")
+    if res.get("bandwidth_sweep"):
+        lines.append("\nbandwidth sweep (each region's port: "
+                     f"{res['bandwidth_sweep'][0]['port_bytes_per_cycle']} B/cycle, "
+                     f"{res['bandwidth_sweep'][0]['regions_bytes_per_cycle']} B/cycle for the regions):")
+        for b in res["bandwidth_sweep"]:
+            lines.append(f"  {b['channels']:3d} channels, {b['total_bytes_per_cycle']:6.0f} B/cycle "
+                         f"({b['total_over_regions']:.2f}x the regions' rate): dynamic "
+                         f"{b['geomean_speedup_vs_best_static']:.3f}x the better static (max "
+                         f"{b['max_speedup_vs_best_static']:.3f}x) over {b['batches']} batches")
     return "\n".join(lines)
 
 
 def plot(res: dict, path) -> None:
     groups = [(c, v) for c, v in res["by_class"].items()]
-    fig, (a1, a2) = figure(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
+    sweep = res.get("bandwidth_sweep") or []
+    if sweep:
+        fig, (a1, a2, a3) = figure(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 2, 1.2]})
+        x3 = [b["total_bytes_per_cycle"] for b in sweep]
+        a3.plot(x3, [b["geomean_speedup_vs_best_static"] for b in sweep], "o-", color="tab:red", label="geomean")
+        a3.plot(x3, [b["max_speedup_vs_best_static"] for b in sweep], "s--", color="tab:red", alpha=0.5,
+                label="max")
+        a3.axvline(sweep[0]["regions_bytes_per_cycle"], color="gray", linestyle=":", linewidth=1.5,
+                   label="the regions' own rate")
+        a3.axhline(1.0, color="black", linewidth=0.8)
+        a3.set_xscale("log", base=2)
+        a3.set_xlabel("DRAM bandwidth (B/cycle)")
+        a3.set_ylabel("dynamic speedup over the better static")
+        a3.set_title("where dynamic assignment pays")
+        a3.legend(fontsize=8)
+        a3.grid(True, alpha=0.3)
+    else:
+        fig, (a1, a2) = figure(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
     x = np.arange(len(groups))
     for i, (s, color) in enumerate((("contiguous", "tab:blue"), ("interleaved", "tab:orange"))):
         a1.bar(x + (i - 0.5) * 0.35, [v[f"geomean_{s}_norm"] for _, v in groups], 0.35, color=color, label=s)
@@ -214,9 +287,16 @@ def main(argv=None) -> int:
     ap = cli("dynamic_parallelization", __doc__)
     ap.add_argument("--scale", type=int, default=SCALE, help="divide KV lengths by this (default %(default)s; 1 = full)")
     args = ap.parse_args(argv)
-    quick = lambda: run((16,), args.scale, lambda b: [kv_traces(b)[0], kv_traces(b)[-1]])
+    ap.add_argument("--no-sweep", action="store_true", help="skip the bandwidth sweep")
+
+    def study(batches, files_of=None):
+        res = run(batches, args.scale, files_of)
+        res["bandwidth_sweep"] = [] if args.no_sweep else bandwidth_sweep(
+            batches, args.scale, files_of, channels=(8, 32) if args.quick else SWEEP_CHANNELS)
+        return res
+    quick = lambda: study((16,), lambda b: [kv_traces(b)[0], kv_traces(b)[-1]])     # noqa: E731
     return study_main(args, "dynamic_parallelization", small_graphs, lambda: [kv_traces(b) for b in BATCHES],
-                      quick if args.quick else lambda: run(BATCHES, args.scale), report, plot)
+                      quick if args.quick else lambda: study(BATCHES), report, plot)
 
 
 if __name__ == "__main__":

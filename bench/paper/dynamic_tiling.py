@@ -4,8 +4,9 @@ Mixtral-8x7B (8 experts, top-2, hidden 4096, intermediate 14336) and
 Qwen3-30B-A3B (128 experts, top-8, hidden 2048, intermediate 768) MoE layers
 driven by the four real routing traces (``mixtral_b64``, ``mixtral_b1024``,
 ``qwen_b64``, ``qwen_b1024`` in ``../shared/traces/moe_expert_routing``), int16,
-on the approximate model (timing-only, 16x16 physical tiles, the paper's DRAM:
-256 B/cycle). Static tiling packs each expert's routed tokens into
+on the approximate model (timing-only, 16x16 physical tiles, DRAM preset
+``--dram``: by default the paper's dynamic studies' 32 channels, 1,024 B/cycle).
+Static tiling packs each expert's routed tokens into
 ``ceil(n_e / t)`` tiles of ``t`` rows (padding the last one) for
 ``t`` in 8, 16, 32, 64 at batch 64 and 16, 32, ..., 1024 at batch 1024;
 dynamic tiling packs exactly the ``n_e`` routed rows into one tile per expert.
@@ -213,6 +214,14 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
+def pareto_front(points: list[dict]) -> list[dict]:
+    """The points no other point beats in both cycles and on-chip bytes, by cycles."""
+    front = [p for p in points if not any(q["cycles"] <= p["cycles"] and q["onchip_bytes"] <= p["onchip_bytes"]
+                                          and (q["cycles"], q["onchip_bytes"]) != (p["cycles"], p["onchip_bytes"])
+                                          for q in points)]
+    return sorted(front, key=lambda p: p["cycles"])
+
+
 def plot(res: dict, path) -> None:
     from matplotlib.ticker import FuncFormatter
     traces = res["traces"]
@@ -229,6 +238,9 @@ def plot(res: dict, path) -> None:
             ax.annotate(str(p["tile"]), (p["cycles"], p["onchip_bytes"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)
         ax.plot([dyn["cycles"]], [dyn["onchip_bytes"]], "*", color="tab:red", markersize=14, label="dynamic")
+        front = pareto_front(pts)
+        ax.plot([p["cycles"] for p in front], [p["onchip_bytes"] for p in front], "-", color="gray", alpha=0.5,
+                linewidth=4, zorder=0, label="Pareto front")
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis, unit, spec in ((ax.xaxis, 1e6, ".3g"), (ax.yaxis, 1e6, ",.0f")):  # ranges under a decade: minor labels

@@ -30,6 +30,9 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 
 #: physical tile of the fabric the model times (16 x 16, as bench/model_scale.py and the paper sweep)
 PHYS_TILE = 16
+#: the DRAM preset the studies time with: the paper's dynamic studies' memory (32 channels of 64 B every 2
+#: cycles, 1,024 B/cycle; ``sim.dram_timing.DRAM_PRESETS``); every script's ``--dram`` sets it
+DRAM = "paper-studies"
 
 
 @dataclass
@@ -73,7 +76,7 @@ def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=()
     """
     from step_hdl.flow import model_params
     from step_hdl.sim.model import Model
-    params = model_params(tile, "paper", dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
+    params = model_params(tile, DRAM, dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
     t0 = time.perf_counter()
     model = Model(graph, params, tensors or {}, streams or {}, timing_only=True)
     res = model.run()
@@ -186,6 +189,9 @@ def cli(name: str, doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="PATH", default=str(OUT_DIR / f"{name}.png"),
                     help="PNG figure (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="a smoke run on a few points")
+    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    ap.add_argument("--dram", default=DRAM, choices=tuple(DRAM_PRESETS),
+                    help="DRAM preset (default: %(default)s, the paper's dynamic studies: 1,024 B/cycle)")
     ap.add_argument("--dot", metavar="DIR", help="only write the Graphviz DOT of small instances of the study's "
                     "graphs to DIR (render: dot -Tsvg FILE.dot -o FILE.svg)")
     return ap
@@ -206,7 +212,10 @@ def study_main(args, name: str, small_graphs, check_traces, run_study, report, p
         write_dots(args.dot, name, small_graphs())
         return 0
     traces_or_exit(check_traces)
+    global DRAM
+    DRAM = getattr(args, "dram", DRAM)
     res = run_study()
+    res["dram"] = DRAM
     print(report(res))
     plot(res, args.plot)
     print(f"plot: {args.plot}")
