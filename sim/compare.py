@@ -262,9 +262,9 @@ class Comparison:
                                  for k, v in self.per_workload.items()}}
 
     def table(self) -> str:
-        lines = [f"{'point':<58} {'rtl_cycles':>11} {'model_cycles':>13} {'error %':>8}"]
+        lines = [f"{'point':<88} {'rtl_cycles':>11} {'model_cycles':>13} {'error %':>8}"]
         for p in self.points:
-            lines.append(f"{Point.from_json(p).label()[:58]:<58} {p['rtl_cycles']:>11,} {p['model_cycles']:>13,} "
+            lines.append(f"{Point.from_json(p).label()[:88]:<88} {p['rtl_cycles']:>11,} {p['model_cycles']:>13,} "
                          f"{p['error_pct']:>+8.1f}")
         for name, s in self.per_workload.items():
             lines.append(f"{name}: {s['points']} points, pearson {_fmt(s['pearson'])}, mean error "

@@ -48,11 +48,14 @@ fabric:
   where the RTL lays them out (:meth:`TimedMemory.where`: physical tile after
   physical tile, row by row of the whole tensor, so a tile narrower than its
   tensor is a run of bytes per physical row, on the channels those runs map to);
-* a load issues a tile's DRAM access when it starts to send that tile, plus
-  the following tiles while they fit in its ``mem_inflight`` physical-tile
-  credits (``units.offchip`` ``_Tracker``: a request only while a credit is
-  free, a credit back when its response leaves the unit), not the whole
-  stream up front; and it streams each tile out as the responses arrive (II 1
+* a load issues a tile's DRAM access when it starts to send that tile, and
+  the following tiles as its ``mem_inflight`` physical-tile credits allow
+  (``units.offchip`` ``_Tracker``: a request only while a credit is free, a
+  credit back when its response leaves the unit): at once while they fit, else
+  when enough pieces of the tiles before them have left (one a cycle once their
+  responses are in), so a tile of more pieces than credits overlaps the next
+  one's requests as the RTL walk does, not the whole stream up front; and it
+  streams each tile out as the responses arrive (II 1
   per tile while the memory keeps up), so the send takes ``max(transfer, DRAM
   completion)``, not their sum; a random load also issues the requests of the
   addresses already waiting at its input, as the RTL unit takes addresses
@@ -597,6 +600,7 @@ class Model:
         self.dram = Dram(params.dram)
         self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only)
         self.memory.tile = params.tile
+        self.memory.schedule = self._timer
         self.ctx = Context(self.memory, streams or {}, bind, None)
         self.now = 0
         self.heap: list = []
@@ -770,6 +774,16 @@ class Model:
         return physical_tiles(shape[0], shape[1], self.P, cut)
 
     # -- scheduling
+    def _timer(self, t: int, fn) -> None:
+        """Call ``fn()`` at cycle ``t`` (a process of its own that runs once)."""
+        def once():
+            fn()
+            return
+            yield       # (a generator)
+        proc = _Proc(None)
+        proc.gen = once()
+        self.schedule(proc, t)
+
     def schedule(self, proc, t):
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, proc))

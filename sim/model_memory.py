@@ -36,7 +36,7 @@ class _LoadState:
     ahead, for the addresses waiting at a random load's input or the ref elements waiting at a linear
     load's (``early``: (completion, pieces))."""
 
-    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count")
+    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count", "leaving", "timer")
 
     def __init__(self, ready: deque):
         self.ready = ready
@@ -47,6 +47,8 @@ class _LoadState:
         self.cursor = 0         # push count of the first input token the prefetch has not looked at
         self.prev = None        # the tile index read last (a burst goes on at the next one)
         self.count = 0          # tiles read so far (a burst does not go on into the next ref element's block)
+        self.leaving = (0, 0)   # the tile being sent: (physical tiles, when its last one leaves)
+        self.timer = None       # when a credit-paced issue of the pending tiles is scheduled
 
 
 def _waiting(st: _LoadState, channel):
@@ -75,6 +77,9 @@ class TimedMemory(Memory):
 
     #: the physical tile side (the model sets it); 0 makes every transfer one port request
     tile = 0
+    #: ``schedule(t, fn)``: call ``fn()`` at cycle ``t`` (the model sets it): a load's requests that wait for
+    #: credits go out when the pieces before them have left the unit
+    schedule = None
 
     def pieces(self, tr: int, tc: int) -> int:
         """Port requests (physical tiles) of a ``[tr, tc]`` transfer."""
@@ -249,22 +254,61 @@ class TimedMemory(Memory):
         """
         st = self._load(name)
         ready, held, pend = st.ready, st.held, st.pending   # held: physical tiles of each issued tile not yet sent
+        if pend and not ready:
+            addr, nbytes, pieces, cont, stride, runs = pend.popleft()
+            ready.append(self.dram.access(now, addr, nbytes, pieces, name, cont, stride, runs))
+            held.append(pieces)
+            st.held_sum += pieces
+        n = held.popleft()
+        st.held_sum -= n
+        done = ready.popleft()
+        # its pieces leave one a cycle as their responses come in (the unit streams them), the last one at
+        # ``done`` at the earliest: each returns its credit as it leaves
+        st.leaving = (n, max(now + n, done))
         if pend:
-            access = self.dram.access
-            if not ready:
-                addr, nbytes, pieces, cont, stride, runs = pend.popleft()
-                ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
-                held.append(pieces)
-                st.held_sum += pieces
-            use = st.held_sum - held[0]                # ready[0]/held[0]: the tile leaving now
-            while pend and use + pend[0][2] <= credits:
-                addr, nbytes, pieces, cont, stride, runs = pend.popleft()
-                use += pieces
-                ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
-                held.append(pieces)
-                st.held_sum += pieces
-        st.held_sum -= held.popleft()
-        return ready.popleft()
+            self._issue_ahead(st, name, now, credits)
+        return done
+
+    def _left(self, st: _LoadState, now: int, k: int) -> int:
+        """When the ``k``-th (from 1) of a load's outstanding pieces leaves the unit (so its credit is free
+        again), estimated: the tile being sent, then the tiles issued after it, each piece one cycle after
+        the one before it and not before its response (a tile's responses come one a cycle, the last at its
+        completion)."""
+        n0, e0 = st.leaving
+        gone = max(0, min(n0, now - (e0 - n0)))          # pieces of the tile being sent that have left
+        if k <= n0 - gone:
+            return e0 - n0 + gone + k
+        k -= n0 - gone
+        last = e0
+        for n, done in zip(st.held, st.ready):
+            first = max(last + 1, done - n + 1)
+            if k <= n:
+                return first + k - 1
+            k -= n
+            last = first + n - 1
+        return last
+
+    def _issue_ahead(self, st: _LoadState, name: str, now: int, credits: int) -> None:
+        """Issue the load's pending tiles whose first request has a free credit at ``now`` (``units.offchip``
+        ``_Tracker``: a request while fewer than ``credits`` of its physical tiles are outstanding, and the
+        walk goes on into the next tile as soon as it may); for the next one, schedule this again for when
+        the pieces before it will have left."""
+        n0, e0 = st.leaving
+        pend, access = st.pending, self.dram.access
+        while pend:
+            outstanding = max(0, min(n0, e0 - now)) + st.held_sum
+            wait = outstanding + 1 - credits                 # pieces that must leave before its first request
+            if wait > 0:
+                t = self._left(st, now, wait)
+                if t > now:
+                    if self.schedule is not None and (st.timer is None or st.timer <= now or t < st.timer):
+                        st.timer = t
+                        self.schedule(t, lambda: self._issue_ahead(st, name, t, credits))
+                    return
+            addr, nbytes, pieces, cont, stride, runs = pend.popleft()
+            st.ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
+            st.held.append(pieces)
+            st.held_sum += pieces
 
     def read_tile(self, node, arr, index, tr, tc):
         """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless the

@@ -141,6 +141,53 @@ def test_every_workload_has_a_default_sweep_whose_points_build(name, n):
     assert w.graph.nodes
 
 
+# the same sweep at a quarter of the size (B=16 H=64 I=128) on 4x4 tiles, both presets, Verilator, bit-exact:
+# `python bench/crossval.py --only swiglu` (2026-12-02)
+RTL_SWIGLU_4 = {
+    "paper": {(4, 4): 5231, (4, 8): 3777, (4, 16): 2993, (4, 32): 2792, (4, 64): 2883, (8, 4): 3355, (8, 8): 2394,
+              (8, 16): 2401, (8, 32): 2506, (8, 64): 2739, (16, 4): 3071, (16, 8): 2428, (16, 16): 2435,
+              (16, 32): 2540, (16, 64): 2773},
+    "paper-studies": {(4, 4): 4502, (4, 8): 3409, (4, 16): 2932, (4, 32): 2787, (4, 64): 2883, (8, 4): 2499,
+                      (8, 8): 2369, (8, 16): 2399, (8, 32): 2506, (8, 64): 2739, (16, 4): 2516, (16, 8): 2403,
+                      (16, 16): 2433, (16, 32): 2539, (16, 64): 2773}}
+#: where the model is off by more than 10 %: the weight column tiles of tile_inter 4 on the 8-channel preset,
+#: 16 physical tiles 1 KB apart, every one on the same channel (see test_one_channel_weight_columns...)
+ONE_CHANNEL = {("paper", 4, 4), ("paper", 4, 8), ("paper", 16, 4)}
+
+
+def _quarter(dram):
+    return [{**p.to_json(), "rtl_cycles": RTL_SWIGLU_4[dram][p.params["tile-b"], p.params["tile-inter"]]}
+            for p in swiglu_points((16, 64, 128), 4, dram)]
+
+
+@pytest.mark.parametrize("dram", ["paper", "paper-studies"])
+def test_model_tracks_rtl_quarter_size_sweep(dram):
+    """Every point of the quarter-size sweep but the one-channel ones within 5 %. A weight tile of 128
+    physical tiles (4 x 32: [64, 32]) is more than a load's 64 credits; the RTL walks on into the next tile
+    as the pieces of the one being sent leave and return their credits, and so does the model (it was
+    +24 % when it issued such a tile only after the one before had left)."""
+    c = compare(_quarter(dram))
+    bad = [(p["params"]["tile-b"], p["params"]["tile-inter"], p["error_pct"]) for p in c.points
+           if abs(p["error_pct"]) > 5 and (dram, p["params"]["tile-b"], p["params"]["tile-inter"]) not in ONE_CHANNEL]
+    assert not bad, bad
+    rest = [p for p in c.points if (dram, p["params"]["tile-b"], p["params"]["tile-inter"]) not in ONE_CHANNEL]
+    # (their cycles span a narrow range, 2,394 to 3,355, where Pearson says little: the mean error does)
+    assert mape([p["rtl_cycles"] for p in rest], [p["model_cycles"] for p in rest]) <= 3
+
+
+@pytest.mark.xfail(strict=True, reason="the RTL DRAM model's per-port sequencer: each channel takes one new block "
+                                       "a cycle (ports in turn) and a port's next request waits for its current "
+                                       "one's blocks; the model's DRAM has no such turn (docs/architecture.md)")
+def test_one_channel_weight_columns_within_10_percent():
+    """W1's and W3's [64, 4] column tiles (tile_inter = P) lie 1 KB apart, all 16 physical tiles on one of
+    the 8 channels, and both loads walk the same column together: the ports alternate on that channel and
+    their next requests, to other channels, wait behind. A closed-loop replay of the DRAM rules with the
+    loads' request streams (4 x 4) finishes W1 at 4,703 cycles, 4,350 without the one-block-per-channel
+    rule, the model's DRAM 4,215, the RTL 5,038 (compute coupling the rest)."""
+    c = compare(_quarter("paper"))
+    assert all(abs(p["error_pct"]) <= 10 for p in c.points)
+
+
 def test_model_tracks_rtl_swiglu_paper_sweep():
     # the memory-system issue's target: pearson >= 0.995, MAPE <= 3 %; and every point within 10 %
     pts = [{**p.to_json(), "rtl_cycles": RTL_SWIGLU_16[p.params["tile-b"], p.params["tile-inter"]]}

@@ -286,8 +286,8 @@ def main(argv=None) -> int:
     from step_hdl.workloads.traces import kv_traces
     ap = cli("dynamic_parallelization", __doc__)
     ap.add_argument("--scale", type=int, default=SCALE, help="divide KV lengths by this (default %(default)s; 1 = full)")
-    args = ap.parse_args(argv)
     ap.add_argument("--no-sweep", action="store_true", help="skip the bandwidth sweep")
+    args = ap.parse_args(argv)
 
     def study(batches, files_of=None):
         res = run(batches, args.scale, files_of)
