@@ -105,3 +105,34 @@ def counted_kinds(graph: Graph) -> dict[str, int]:
         for k in [kind] + (["Streamify"] if kind == "Bufferize" and len(nodes) > 1 else []):
             need[k] = need.get(k, 0) + 1
     return need
+
+
+def unit_hops(lowered: Graph) -> dict[str, int]:
+    """Per node of the graph ``lowered`` was lowered from (``lowered.origin``, set by
+    :func:`~step_hdl.mapper.tiling.tile_physical`): the units beyond the first on the longest path through
+    the units the lowering made of it. Each is one FIFO (and a unit) more between the node's input and its
+    output than a node that is one unit: the approximate model counts a cycle for each."""
+    origin = getattr(lowered, "origin", {})
+    heads = {}
+    for head, (_, nodes) in units(lowered).items():
+        for n in nodes:
+            heads[n] = head
+    succ: dict = {}
+    for ref, consumer, _ in lowered.edges():
+        a, b = heads.get(ref.node.name), heads.get(consumer)
+        if a is not None and b is not None and a != b and origin.get(a) == origin.get(b) is not None:
+            succ.setdefault(a, set()).add(b)
+    depth: dict = {}
+
+    def longest(h):             # units on the longest path from unit h inside its node (a DAG: memoized)
+        if h not in depth:
+            depth[h] = 1 + max((longest(s) for s in succ.get(h, ())), default=0)
+        return depth[h]
+    for h in set(heads.values()):
+        longest(h)
+    out: dict = {}
+    for h, d in depth.items():
+        o = origin.get(h)
+        if o is not None:
+            out[o] = max(out.get(o, 0), d - 1)
+    return out

@@ -290,12 +290,16 @@ class _Lowering:
                     raise TilingError(f"Feedback '{node.name}': cycles carrying tiles or indices are not "
                                       f"supported by hierarchical tiling yet (selector cycles are)")
                 self.out(node, "out", self.g.feedback(st, name=node.name))
+        origin = {n: n for n in self.g.nodes}      # the Feedback placeholders keep their names
         for node in self.src.topological_order():
             method = getattr(self, f"_{node.kind}", None)
             if method is None:
                 raise TilingError(f"{node.kind} '{node.name}': hierarchical tiling does not support this "
                                   f"operator yet")
             method(node)
+            for name in self.g.nodes:
+                origin.setdefault(name, node.name)
+        self.g.origin = origin
         return self.g
 
     def out(self, node, port, new):

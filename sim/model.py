@@ -39,6 +39,12 @@ fabric:
   until the consumer has taken it (the RTL unit is still sending its last
   pieces), so a long path buffers what the RTL buffers, not ``depth`` logical
   tiles;
+* a node the lowering makes a chain of units (a row-tiled load and its two
+  Reshapes, a matmul's buffers and MatMul unit, softmax's shift: its vector's
+  split, buffers and replay) passes each token through a FIFO per unit beyond
+  the first on the chain's longest path (:func:`lowered_hops`), a cycle each
+  (``units.stream.Queue``: latency 1): its tokens arrive that much later, at
+  the same rate (the units' own pipeline registers are not counted);
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
   token costs one cycle;
@@ -216,6 +222,8 @@ class TimedPorts(Ports):
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
         self._ref_prefetch = (ctx.memory.ref_prefetcher(node, ins["ref"], model.params.mem_inflight)
                               if self.load and "ref" in ins else None)
+        # the FIFOs between the units the lowering makes of this node: a cycle each for its tokens to arrive
+        self.hops = model.hops.get(node.name, 0)
 
     def get(self, port):
         ch = self.ins[port]
@@ -343,7 +351,7 @@ class TimedPorts(Ports):
             ch.fill += need
             ch.sizes.append(need)
             now = model.now
-            ch.ends.append(end if end > now else now)
+            ch.ends.append((end if end > now else now) + self.hops)
             if ch.data_waiters:
                 model.wake(ch.data_waiters)
             if ch.on_push is not None:
@@ -609,6 +617,7 @@ class Model:
         self._info: dict = {}
         self.P = params.tile
         self.counted = counted_streams(graph, self.P) if self.P else frozenset()
+        self.hops = lowered_hops(graph, self.P) if self.P else {}
 
     # -- cost rules
     def _tiles(self, payload, cut=None) -> int:
@@ -904,6 +913,17 @@ def _deadlock(stuck, chans) -> StepDeadlockError:
     held = ", ".join(f"{k} ({v} tokens)" for k, v in pending.items()) or "none"
     return StepDeadlockError("model deadlock: " + "; ".join(blocked) + f". Channels holding tokens: {held}",
                              blocked, pending)
+
+
+def lowered_hops(graph: Graph, P: int) -> dict:
+    """Per node: the FIFOs on the longest path through the units the lowering makes of it beyond the first
+    (:func:`step_hdl.mapper.fusion.unit_hops`); none for a graph the lowering does not take."""
+    from step_hdl.mapper.fusion import unit_hops
+    from step_hdl.mapper.tiling import TilingError, tile_physical
+    try:
+        return unit_hops(tile_physical(graph, P))
+    except TilingError:
+        return {}
 
 
 def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, streams=None, bindings=None,

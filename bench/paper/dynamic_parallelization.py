@@ -39,6 +39,11 @@ Summary (JSON fields):
   perfectly balanced schedule would have over it when regions do not compete;
 * ``by_class`` and ``by_batch``: per class (and per batch size) the geometric
   means of each strategy's normalized cycles and of the best-static speedup;
+* ``geomean_speedup_vs_best_static_c4`` / ``_c8``: the same with 4 and 8
+  credits per region instead of the workload's 2: a region asks for its next
+  item once it holds fewer than that many, so more credits hide more of the
+  dispatch loop's round trip (an item's chain of some 40 units, its store's
+  acknowledgement, the merge of the regions' announcements);
 * ``bandwidth_sweep``: where dynamic assignment pays. Each region reads its KV
   rows through its own load's memory port, one physical tile (a ``[1, 16]`` fp32
   row piece, 64 bytes) accepted per cycle (``sim.dram``): a region's own rate
@@ -82,6 +87,9 @@ KV_HEADS, GROUP, HEAD_DIM, REGIONS = 4, 8, 128, 4
 STRATEGIES = ("contiguous", "interleaved", "dynamic")
 CLASSES = (("low", 0, 700), ("medium", 700, 1200), ("high", 1200, 1 << 30))
 SCALE = 32
+#: credits per region besides the workload's 2 (items a region holds at once): how much of the dispatch
+#: loop's round trip they hide
+MORE_CREDITS = (4, 8)
 #: the paper: about 1.5x over the best static schedule (up to about 2.7x in the final version)
 PAPER = {"geomean_speedup_vs_best_static": 1.5, "max_speedup": 2.7}
 
@@ -102,12 +110,13 @@ def gqa_role(name: str):
 
 
 def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int = GROUP,
-              head_dim: int = HEAD_DIM, regions: int = REGIONS) -> dict:
+              head_dim: int = HEAD_DIM, regions: int = REGIONS, credits: int = 2) -> dict:
     from step_hdl.workloads.gqa import gqa_graph, static_assignment
     batch = len(lens)
     rows = np.repeat(lens, heads)
     table_ = np.stack([np.concatenate([[0], np.cumsum(rows)[:-1]]), rows], 1).astype(np.int32)
-    g = gqa_graph(batch, heads, group, head_dim, regions, strategy, DTYPE, total_rows=int(rows.sum()))
+    g = gqa_graph(batch, heads, group, head_dim, regions, strategy, DTYPE, total_rows=int(rows.sum()),
+                  credits=credits)
     p = measure(g, DTYPE, tensors={"kv_table": table_}, role_of=gqa_role,
                 keep=[f"r{r}_store" for r in range(regions)] + [f"r{r}_load_k" for r in range(regions)])
     out = {"strategy": strategy, **{k: v for k, v in p.to_dict().items() if k != "nodes"}, "roles": role_fractions(p),
@@ -121,6 +130,9 @@ def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int
 
 def _summary(rows: list[dict]) -> dict:
     return {"batches": len(rows),
+            **{f"geomean_speedup_vs_best_static_c{c}": round(geomean(r[f"speedup_vs_best_static_c{c}"]
+                                                                     for r in rows), 4)
+               for c in MORE_CREDITS if all(f"speedup_vs_best_static_c{c}" in r for r in rows)},
             **{f"geomean_{s}_norm": round(geomean(r[f"{s}_norm"] for r in rows), 4) for s in STRATEGIES[:2]},
             "geomean_speedup_vs_best_static": round(geomean(r["speedup_vs_best_static"] for r in rows), 4),
             "max_speedup_vs_best_static": round(max(r["speedup_vs_best_static"] for r in rows), 4),
@@ -152,6 +164,7 @@ def bandwidth_sweep(batches=BATCHES, scale: int = SCALE, files_of=None, channels
             progress(f"bandwidth sweep: {c} channels ({paper_common.DRAM.peak_bytes_per_cycle:.0f} B/cycle)")
             res = run(batches, scale, files_of, **shape)
             out.append({"channels": c, "total_bytes_per_cycle": paper_common.DRAM.peak_bytes_per_cycle,
+                        **{k: v for k, v in res.items() if k.startswith("geomean_speedup_vs_best_static_c")},
                         "port_bytes_per_cycle": port, "regions_bytes_per_cycle": regions * port,
                         "total_over_regions": round(paper_common.DRAM.peak_bytes_per_cycle / (regions * port), 3),
                         "batches": len(res["per_batch"]),
@@ -176,11 +189,17 @@ def run(batches=BATCHES, scale: int = SCALE, files_of=None, **shape) -> dict:
             for s in STRATEGIES:
                 progress(f"b{batch} {path.stem} {s}")
                 row[s] = gqa_point(lens, s, **shape)
+            for c in MORE_CREDITS:
+                progress(f"b{batch} {path.stem} dynamic, {c} credits per region")
+                row[f"dynamic_c{c}"] = gqa_point(lens, "dynamic", credits=c, **shape)
             dyn = row["dynamic"]["cycles"]
             for s in STRATEGIES[:2]:
                 row[f"{s}_norm"] = round(row[s]["cycles"] / dyn, 4)
             row["best_static"] = min(STRATEGIES[:2], key=lambda s: row[s]["cycles"])
             row["speedup_vs_best_static"] = row[f"{row['best_static']}_norm"]
+            for c in MORE_CREDITS:
+                row[f"speedup_vs_best_static_c{c}"] = round(row[row["best_static"]]["cycles"]
+                                                            / row[f"dynamic_c{c}"]["cycles"], 4)
             per_batch.append(row)
     by_class = {c: _summary(rs) for c, _, _ in CLASSES if (rs := [r for r in per_batch if r["class"] == c])}
     by_batch = {str(b): _summary(rs) for b in batches if (rs := [r for r in per_batch if r["batch"] == b])}
@@ -191,6 +210,7 @@ def run(batches=BATCHES, scale: int = SCALE, files_of=None, **shape) -> dict:
             "head_dim": shape.get("head_dim", HEAD_DIM),
             "classes": {c: [lo, hi] for c, lo, hi in CLASSES},
             "geomean_speedup_vs_best_static": overall["geomean_speedup_vs_best_static"],
+            **{k: v for k, v in overall.items() if k.startswith("geomean_speedup_vs_best_static_c")},
             "max_speedup_vs_best_static": overall["max_speedup_vs_best_static"],
             "geomean_best_static_imbalance": overall["geomean_best_static_imbalance"],
             "best_static_strategy": strat,
@@ -220,6 +240,9 @@ def report(res: dict) -> str:
                  f"better static strategy overall ({res['best_static_strategy']}): "
                  f"{res['geomean_speedup_vs_best_static_strategy']:.3f}x; KV lengths / {res['scale']} "
                  f"(paper: about {PAPER['geomean_speedup_vs_best_static']}x, up to about {PAPER['max_speedup']}x)")
+    for c in MORE_CREDITS:
+        if f"geomean_speedup_vs_best_static_c{c}" in res:
+            lines.append(f"  with {c} credits per region: {res[f'geomean_speedup_vs_best_static_c{c}']:.3f}x")
     if res.get("bandwidth_sweep"):
         lines.append("\nbandwidth sweep (each region's port: "
                      f"{res['bandwidth_sweep'][0]['port_bytes_per_cycle']} B/cycle, "
@@ -228,7 +251,9 @@ def report(res: dict) -> str:
             lines.append(f"  {b['channels']:3d} channels, {b['total_bytes_per_cycle']:6.0f} B/cycle "
                          f"({b['total_over_regions']:.2f}x the regions' rate): dynamic "
                          f"{b['geomean_speedup_vs_best_static']:.3f}x the better static (max "
-                         f"{b['max_speedup_vs_best_static']:.3f}x) over {b['batches']} batches")
+                         f"{b['max_speedup_vs_best_static']:.3f}x; with 4 / 8 credits "
+                         f"{b.get('geomean_speedup_vs_best_static_c4', 0):.3f}x / "
+                         f"{b.get('geomean_speedup_vs_best_static_c8', 0):.3f}x) over {b['batches']} batches")
     return "\n".join(lines)
 
 
@@ -238,9 +263,14 @@ def plot(res: dict, path) -> None:
     if sweep:
         fig, (a1, a2, a3) = figure(1, 3, figsize=(17, 4.2), gridspec_kw={"width_ratios": [1, 2, 1.2]})
         x3 = [b["total_bytes_per_cycle"] for b in sweep]
-        a3.plot(x3, [b["geomean_speedup_vs_best_static"] for b in sweep], "o-", color="tab:red", label="geomean")
+        a3.plot(x3, [b["geomean_speedup_vs_best_static"] for b in sweep], "o-", color="tab:red",
+                label="geomean, 2 credits per region")
         a3.plot(x3, [b["max_speedup_vs_best_static"] for b in sweep], "s--", color="tab:red", alpha=0.5,
                 label="max")
+        for c, color in zip(MORE_CREDITS, ("tab:purple", "tab:green")):
+            if all(f"geomean_speedup_vs_best_static_c{c}" in b for b in sweep):
+                a3.plot(x3, [b[f"geomean_speedup_vs_best_static_c{c}"] for b in sweep], "o-", color=color,
+                        label=f"geomean, {c} credits per region")
         a3.axvline(sweep[0]["regions_bytes_per_cycle"], color="gray", linestyle=":", linewidth=1.5,
                    label="the regions' own rate")
         a3.axhline(1.0, color="black", linewidth=0.8)
