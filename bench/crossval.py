@@ -26,7 +26,10 @@ running anything). The first full run builds 26 fabrics (about two hours here).
     python bench/crossval.py [--json PATH] [--plot PNG] [--only swiglu moe ...] [--rtl-json PATH]
 
 ``--json`` writes ``{"points": [{workload, params, tile, dram, rtl_cycles, model_cycles, error_pct, and every
-parameter}], "pearson", "mape_pct", "worst_pct", "per_workload": {...}}``. Goal (issue 19): Pearson >= 0.99,
+parameter}], "pearson", "mape_pct", "worst_pct", "per_workload": {...}, "effects": [...]}``; ``effects``:
+the paper studies' effects at reduced size measured both ways (dynamic tiling: each static tile's cycles over
+dynamic's; time-multiplexing: 2 and 4 experts per region over 1; dynamic parallelization: the better static
+schedule over dynamic), per preset. Goal (issue 19): Pearson >= 0.99,
 mean error <= 5 %, worst <= 10 % over all points.
 """
 
@@ -58,6 +61,39 @@ def points() -> list[Point]:
 
 
 POINTS = points()
+
+
+def effects(points: list[dict]) -> list[dict]:
+    """The paper studies' effects at reduced size, in RTL and in the model, from the compared points of each
+    preset: dynamic tiling (each static tile's cycles over dynamic's), time-multiplexing (2 and 4 experts per
+    region over 1) and dynamic parallelization (the better static schedule over dynamic)."""
+    def find(dram, workload, **params):
+        for p in points:
+            if p["dram"] == dram and p["workload"] == workload and all(p["params"].get(k) == v
+                                                                      for k, v in params.items()):
+                return p
+        return None
+    out = []
+    for dram in sorted({p["dram"] for p in points}):
+        def add(study, name, num, den):
+            if num and den and all(num) and den:
+                rtl = min(p["rtl_cycles"] for p in num) / den["rtl_cycles"]
+                mod = min(p["model_cycles"] for p in num) / den["model_cycles"]
+                out.append({"study": study, "effect": name, "dram": dram, "rtl": round(rtl, 4),
+                            "model": round(mod, 4), "gap_pct": round(100 * (mod / rtl - 1), 2)})
+        moe = dict(trace="mixtral_b64", hidden=16)
+        dyn = find(dram, "moe", tiling="dynamic", **moe)
+        for t in (3, 4, 6, 8, 10, 16):
+            add("dynamic tiling", f"static {t} / dynamic", [find(dram, "moe", tiling="static", tile=t, **moe)], dyn)
+        tm1 = find(dram, "moe", hidden=4, **{"experts-per-region": 1})
+        for g in (2, 4):
+            add("time-multiplexing", f"{g} per region / 1", [find(dram, "moe", hidden=4, **{"experts-per-region": g})],
+                tm1)
+        gqa = dict(batch=16, scale=64)
+        add("dynamic parallelization", "better static / dynamic",
+            [find(dram, "gqa", strategy=s, **gqa) for s in ("interleaved", "contiguous")],
+            find(dram, "gqa", strategy="dynamic", **gqa))
+    return out
 
 
 def _flat(p: dict) -> dict:
@@ -102,11 +138,18 @@ def main(argv=None) -> int:
         print(f"crossval: error: {exc}", file=sys.stderr)
         return 2
     print(cmp.table())
+    found = effects(cmp.points)
+    if found:
+        print("\nthe studies' effects at reduced size (RTL, model, model/RTL):")
+        for e in found:
+            print(f"  {e['study']}, {e['effect']}, {e['dram']}: RTL {e['rtl']:.3f}x, model {e['model']:.3f}x "
+                  f"({e['gap_pct']:+.1f} %)")
     if args.plot:
         plot(cmp, args.plot, f"model against RTL, {len(cmp.points)} points")
     if args.json:
         out = cmp.to_dict()
         out["points"] = [_flat(p) for p in out["points"]]
+        out["effects"] = found
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 

@@ -247,3 +247,30 @@ def test_model_tracks_gqa_strategies():
     hops = unit_hops(tile_physical(point_workload(SWEEPS["gqa"]()[2]).graph, 4))
     assert (hops["r0_shift"], hops["r0_pv"], hops["r0_load_k"], hops["r0_exp"]) == (6, 4, 2, 0)
 
+
+
+def test_crossval_effects_from_compared_points():
+    """bench/crossval.py's study effects: static tile over dynamic, 2 and 4 experts per region over 1, the
+    better static schedule over dynamic, in RTL and in the model, per preset."""
+    import importlib
+    import sys as _sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    _sys.path.insert(0, str(bench))
+    try:
+        cv = importlib.import_module("crossval")
+    finally:
+        _sys.path.remove(str(bench))
+
+    def pt(workload, rtl, model, **params):
+        return {"workload": workload, "params": params, "dram": "paper", "rtl_cycles": rtl, "model_cycles": model}
+    moe = dict(trace="mixtral_b64", hidden=16)
+    pts = [pt("moe", 100, 110, tiling="dynamic", **moe), pt("moe", 80, 77, tiling="static", tile=3, **moe),
+           pt("moe", 50, 50, hidden=4, **{"experts-per-region": 1}),
+           pt("moe", 60, 66, hidden=4, **{"experts-per-region": 4}),
+           pt("gqa", 40, 40, batch=16, scale=64, strategy="interleaved"),
+           pt("gqa", 30, 33, batch=16, scale=64, strategy="contiguous"),
+           pt("gqa", 60, 55, batch=16, scale=64, strategy="dynamic")]
+    got = {e["effect"]: (e["rtl"], e["model"], e["gap_pct"]) for e in cv.effects(pts)}
+    assert got == {"static 3 / dynamic": (0.8, 0.7, -12.5), "4 per region / 1": (1.2, 1.32, 10.0),
+                   "better static / dynamic": (0.5, 0.6, 20.0)}
