@@ -228,8 +228,9 @@ def test_moe_mixtral_b64_on_verilator(routing, tile):
     """The acceptance runs: Mixtral's 8 experts, top-2, the real b64 routing trace, H=16, I=32 on 4x4 tiles,
     static token tiles of 3, 6, 10 rows and dynamic ones, all packed into blocks of 4 rows (the last one
     partial); bit-exact, the model within 10 %. Measured 2026-12-02 (``paper``, MatMul units, bursts, the
-    RepeatStatic's block end on its last copy): RTL 1,131 / 1,212 / 1,352 / 1,568 cycles, model 1,145 / 1,209 /
-    1,358 / 1,597 (+1.2 / -0.2 / +0.4 / +1.8 %); before the RepeatStatic change 1,259 / 1,323 / 1,475 / 1,717;
+    RepeatStatic's block end on its last copy; dynamic tiles in a tile pool, the same cycles): RTL 1,131 / 1,212 /
+    1,352 / 1,568 cycles, model 1,154 / 1,218 / 1,367 / 1,606 (+2.0 / +0.5 / +1.1 / +2.4 %; the model with the
+    lowered chains' FIFOs and credit-paced loads); before the RepeatStatic change 1,259 / 1,323 / 1,475 / 1,717;
     with a Map and an Accum per matmul 1,270 / 1,345 / 1,497 / 1,735; as [1, 4] row tiles 1,525 / 1,674 /
     1,869 / 2,456. With dynamic tiles each expert's three MatMul units are active
     exactly ``ceil(n_e / P) · ni · (nb · kb + 2) + 2`` cycles: per block row of ``P`` token rows and
@@ -259,8 +260,8 @@ def test_moe_static_tiles_of_p_rows_mixtral_b64_on_verilator(routing, tile):
     """Static token tiles of a multiple of P rows, packed into full 4x4 tiles (the matmuls at the array's
     full rate) and unpacked again, on the real b64 routing (H=16, I=32): bit-exact, the symbolic bytes; the
     model within 10 %. Measured 2026-12-02 (``paper``, MatMul units, bursts, the RepeatStatic's block end on
-    its last copy): static 4 / 8 / 16 RTL 1,137 / 1,279 / 1,433 cycles, model 1,161 / 1,317 / 1,488 (+2.1 /
-    +3.0 / +3.8 %); before the RepeatStatic change 1,264 / 1,403 / 1,564; with a Map and an Accum per matmul
+    its last copy): static 4 / 8 / 16 RTL 1,137 / 1,279 / 1,433 cycles, model 1,168 / 1,324 / 1,495 (+2.7 /
+    +3.5 / +4.3 %); before the RepeatStatic change 1,264 / 1,403 / 1,564; with a Map and an Accum per matmul
     1,279 / 1,445 / 1,651. Static 16 took 1,900 RTL cycles with 2-deep FIFOs into the in-order
     combine: the experts' branches blocked each other."""
     from step_hdl.workloads.moe import moe
@@ -360,9 +361,9 @@ def test_moe_time_multiplexing_mixtral_b64_on_verilator(routing):
     """The time-multiplexing confirmation (as ``bench/paper/rtl_confirm.py time-multiplexing``): 8 experts
     on the real b64 routing trace, 1, 2 and 4 of them per region, bit-exact; the model's slowdown of each
     shared configuration against dedicated regions within 10 % of the RTL's. Measured 2026-12-02 (MatMul
-    units, bursts across a walk's contiguous dimensions, the RepeatStatic's block end on its last copy): RTL
-    694, 704, 748 cycles, model 725, 757, 779 (+4.5 / +7.5 / +4.1 %); slowdowns RTL 1.014x and 1.078x, model
-    1.044x and 1.075x. Before the RepeatStatic change (count + 2 cycles per [1, 1] gate on the
+    units, bursts across a walk's contiguous dimensions, the RepeatStatic's block end on its last copy, the
+    expert tiles in a tile pool): RTL 694, 704, 748 cycles, model 734, 767, 791 (+5.8 / +8.9 / +5.7 %);
+    slowdowns RTL 1.014x and 1.078x, model 1.045x and 1.078x. Before the RepeatStatic change (count + 2 cycles per [1, 1] gate on the
     gate-weighting path, load_gates -> weight -> sum_experts, which paced the run's last 342 cycles) RTL
     816; with bursts within one dimension only 830 (the token rows of x queued 8 to a channel, a request
     each); before the units issued bursts 787 / 795 / 837 (the DRAM merged separate requests of a port)."""

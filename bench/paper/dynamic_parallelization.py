@@ -266,7 +266,7 @@ def plot(res: dict, path) -> None:
         a3.plot(x3, [b["geomean_speedup_vs_best_static"] for b in sweep], "o-", color="tab:red",
                 label="geomean, 2 credits per region")
         a3.plot(x3, [b["max_speedup_vs_best_static"] for b in sweep], "s--", color="tab:red", alpha=0.5,
-                label="max")
+                label="max, 2 credits")
         for c, color in zip(MORE_CREDITS, ("tab:purple", "tab:green")):
             if all(f"geomean_speedup_vs_best_static_c{c}" in b for b in sweep):
                 a3.plot(x3, [b[f"geomean_speedup_vs_best_static_c{c}"] for b in sweep], "o-", color=color,
