@@ -46,8 +46,13 @@ it exactly:
 * ``col_max`` of a tile without rows (``R = 0``, e.g. an empty packed tile) is
   the lowest value of the type (``-inf`` for floats), the identity of max.
 
-bf16 values are held in float32 arrays and rounded to bf16 (round to nearest
-even) after every operation.
+Floating point (bf16, and fp32 where it accumulates) is defined bit for bit in
+:mod:`step_hdl.floats`, and the functions here apply exactly those rules to float
+tiles (:meth:`FnSpec.apply_float`): correctly rounded add, sub, mul and div (ties
+to even), subnormals flushed, zero unsigned, NaN canonical; sums in fp32 in one
+fixed order of groups of four; exp and SiLU on bf16 in integer arithmetic. Both
+formats are held in float32 arrays. fp32 exp and SiLU (no RTL unit takes them)
+are numpy's float32 results with the same flushing and NaN rules.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
+from . import floats
 from .errors import StepTypeError
 from .types import DType, Index, Selector, Tile, as_dim, dim_str, dims_equal, dtype
 
@@ -77,19 +83,15 @@ def saturate(x: np.ndarray, dt: DType) -> np.ndarray:
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to bf16 precision (round to nearest even), kept as float32."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounding = ((bits >> 16) & 1) + 0x7FFF
-    out = ((bits + rounding) >> 16 << 16).astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(x), np.float32(np.nan), out).astype(np.float32)
+    """Round values to bf16 by :func:`step_hdl.floats.round_to` (nearest even, subnormals flushed), as float32."""
+    return floats.round_to(np.asarray(x, dtype=np.float64), floats.BF16)
 
 
 def cast(x: np.ndarray, dt: DType) -> np.ndarray:
-    """Represent ``x`` as a tile of element type ``dt`` (integers wrap to int32 only)."""
-    if dt.name == "bf16":
-        return round_bf16(x)
-    if dt.name == "fp32":
-        return np.asarray(x, dtype=np.float32)
+    """Represent ``x`` as a tile of element type ``dt`` (integers wrap to int32 only; floats round by
+    :func:`step_hdl.floats.round_to`)."""
+    if not dt.is_int:
+        return floats.round_to(np.asarray(x, dtype=np.float64), floats.fmt_of(dt))
     if dt.name == "int32":
         return wrap_int32(x)
     return saturate(x, dt)
@@ -218,6 +220,13 @@ class FnSpec:
     def apply(self, f: Fn, *xs):
         raise NotImplementedError
 
+    #: whether :meth:`apply_float` defines the function on float tiles
+    has_float = False
+
+    def apply_float(self, f: Fn, fmt: "floats.Format", *xs):
+        """The result on float tiles (float32 arrays), rounded to ``fmt``, by :mod:`step_hdl.floats`."""
+        raise NotImplementedError
+
     def flops(self, f: Fn, *ins) -> sympy.Expr:
         return sympy.Integer(0)
 
@@ -245,9 +254,12 @@ def _tile(t, f: Fn, what="operand") -> Tile:
 
 
 def _binary_dtype(f: Fn, a: Tile, b: Tile) -> DType:
-    if a.dtype.is_int != b.dtype.is_int or (not a.dtype.is_int and a.dtype != b.dtype):
+    """Integers give int32; floats of one format keep it; bf16 with fp32 gives fp32 (bf16 widens exactly)."""
+    if a.dtype.is_int != b.dtype.is_int:
         raise StepTypeError(f"function {f} cannot combine {a.dtype} and {b.dtype}")
-    return INT32 if a.dtype.is_int else a.dtype
+    if a.dtype.is_int:
+        return INT32
+    return a.dtype if a.dtype == b.dtype else dtype("fp32")
 
 
 def _int_or_float(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -276,9 +288,15 @@ class _Elementwise(FnSpec):
                                 f"differ (one of them may be 1 to broadcast)")
         return x
 
+    has_float = True
+
     def apply(self, f, a, b):
-        dt = INT32 if a.dtype.kind == "i" else dtype("fp32")  # bf16 is rounded by apply_typed
-        return cast(self.op(_int_or_float(a, dt), _int_or_float(b, dt), dt), dt)
+        if a.dtype.kind != "i":
+            return self.apply_float(f, floats.FP32, a, b)
+        return cast(self.op(_int_or_float(a, INT32), _int_or_float(b, INT32), INT32), INT32)
+
+    def apply_float(self, f, fmt, a, b):
+        return self.float_op(a, b, fmt)
 
     def flops(self, f, a, b):
         out = self.out_type(f, a, b)
@@ -291,6 +309,7 @@ class Add(_Elementwise):
 
     name = "add"
     op = staticmethod(lambda a, b, dt: a + b)
+    float_op = staticmethod(floats.add)
 
 
 @_register
@@ -299,6 +318,7 @@ class Sub(_Elementwise):
 
     name = "sub"
     op = staticmethod(lambda a, b, dt: a - b)
+    float_op = staticmethod(floats.sub)
 
 
 @_register
@@ -307,6 +327,7 @@ class Mul(_Elementwise):
 
     name = "mul"
     op = staticmethod(lambda a, b, dt: a * b)
+    float_op = staticmethod(floats.mul)
 
 
 @_register
@@ -315,6 +336,7 @@ class Max(_Elementwise):
 
     name = "max"
     op = staticmethod(lambda a, b, dt: np.maximum(a, b))
+    float_op = staticmethod(floats.fmax)
 
 
 @_register
@@ -324,7 +346,8 @@ class Div(_Elementwise):
     (see :func:`floor_div_int`)."""
 
     name = "div"
-    op = staticmethod(lambda a, b, dt: floor_div_int(a, b) if dt.is_int else a / b)
+    op = staticmethod(lambda a, b, dt: floor_div_int(a, b))
+    float_op = staticmethod(floats.div)
 
 
 @_register
@@ -367,7 +390,16 @@ class MatMul(FnSpec):
             b = b.T
         if a.dtype.kind == "i":
             return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
-        return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float32)  # bf16: apply_typed
+        return floats.matmul(a, b, floats.FP32)
+
+    has_float = True
+
+    def apply_float(self, f, fmt, a, b):
+        if f.param("transpose_a"):
+            a = a.T
+        if f.param("transpose_b"):
+            b = b.T
+        return floats.matmul(a, b, fmt)
 
     def flops(self, f, a, b):
         _, _, m, k, n = self._dims(f, a, b)
@@ -395,7 +427,12 @@ class Relu(_Unary):
     def apply(self, f, a):
         if a.dtype.kind == "i":
             return np.maximum(a, 0).astype(a.dtype)
-        return np.maximum(a.astype(np.float32), np.float32(0))
+        return floats.relu(a, floats.FP32)
+
+    has_float = True
+
+    def apply_float(self, f, fmt, a):
+        return floats.relu(a, fmt)
 
 
 def _frac_param(params, name):
@@ -426,8 +463,16 @@ class Silu(_Unary):
     def apply(self, f, a):
         if a.dtype.kind == "i":
             return silu_fixed(a, f.param("frac"), _np_dtype(a))
-        x = a.astype(np.float32)
-        return (x / (np.float32(1) + np.exp(-x))).astype(np.float32)
+        return self.apply_float(f, floats.FP32, a)
+
+    has_float = True
+
+    def apply_float(self, f, fmt, a):
+        if fmt is floats.BF16:
+            return floats.silu_bf16(a)
+        x = floats.read(a)
+        with np.errstate(all="ignore"):
+            return floats.round_to(np.where(x == -np.inf, 0.0, x / (1 + np.exp(-x))), fmt)
 
 
 @_register
@@ -446,7 +491,15 @@ class Exp(_Unary):
     def apply(self, f, a):
         if a.dtype.kind == "i":
             return exp_fixed(a, f.param("frac"), _np_dtype(a))
-        return np.exp(a.astype(np.float32)).astype(np.float32)
+        return self.apply_float(f, floats.FP32, a)
+
+    has_float = True
+
+    def apply_float(self, f, fmt, a):
+        if fmt is floats.BF16:
+            return floats.exp_bf16(a)
+        with np.errstate(all="ignore"):
+            return floats.round_to(np.exp(floats.read(a)), fmt)
 
 
 def _np_dtype(a: np.ndarray) -> DType:
@@ -491,11 +544,18 @@ class _AxisReduce(_Unary):
         dt = INT32 if a.dtype.is_int and self.is_sum else a.dtype
         return Tile(dt, a.rows, 1) if self.axis == 1 else Tile(dt, 1, a.cols)
 
-    def apply(self, f, a):
+    has_float = True
+
+    def apply_float(self, f, fmt, a):
         if self.is_sum:
-            if a.dtype.kind == "i":
-                return wrap_int32(a.astype(np.int64).sum(axis=self.axis, keepdims=True))
-            return a.astype(np.float32).sum(axis=self.axis, keepdims=True, dtype=np.float32)
+            return floats.reduce_sum(a, self.axis, fmt)
+        return floats.reduce_max(a, self.axis, fmt)
+
+    def apply(self, f, a):
+        if a.dtype.kind != "i":
+            return self.apply_float(f, floats.FP32, a)
+        if self.is_sum:
+            return wrap_int32(a.astype(np.int64).sum(axis=self.axis, keepdims=True))
         if a.shape[self.axis] == 0:
             low = np.iinfo(a.dtype).min if a.dtype.kind == "i" else -np.inf
             shape = (a.shape[0], 1) if self.axis == 1 else (1, a.shape[1])
@@ -796,12 +856,11 @@ def apply_typed(f: Fn, out: Tile, *xs):
     """Run ``f`` on payloads and represent the result in the declared output type."""
     if any(isinstance(x, ShapeOnly) for x in xs):
         return _shape_only(f, out, xs)
+    if isinstance(out, Tile) and not out.dtype.is_int and f.spec.has_float:
+        return f.spec.apply_float(f, floats.fmt_of(out.dtype), *xs)
     y = f.spec.apply(f, *xs)
-    if isinstance(out, Tile) and isinstance(y, np.ndarray):
-        if out.dtype.name == "bf16":
-            return round_bf16(y)
-        if y.dtype != out.dtype.numpy:
-            return cast(y, out.dtype)
+    if isinstance(out, Tile) and isinstance(y, np.ndarray) and (y.dtype != out.dtype.numpy or not out.dtype.is_int):
+        return cast(y, out.dtype)
     return y
 
 

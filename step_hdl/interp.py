@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import StepDeadlockError, StepRuntimeError, where
+from .functions import cast
 from .graph import Graph
 from .process import Channel, Ports
 from .types import dyn
@@ -40,7 +41,8 @@ class Memory:
                 if arr.dtype != spec.dtype.numpy:
                     raise StepRuntimeError(f"off-chip tensor '{name}': expected {spec.dtype} "
                                            f"({spec.dtype.numpy}), got {arr.dtype}")
-                self.arrays[name] = arr.copy()
+                # a bf16 tensor holds bf16 values: float32 data is rounded as a store of it would be
+                self.arrays[name] = cast(arr, spec.dtype) if spec.dtype.name == "bf16" else arr.copy()
         self.graph = graph
 
     def allocate(self, bindings: dict) -> None:

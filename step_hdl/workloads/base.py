@@ -9,6 +9,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..interp import RunResult, run
+from ..functions import cast
 from ..types import DType
 
 
@@ -71,12 +72,12 @@ class Workload:
 
 
 def random_tensor(rng: np.random.Generator, shape, dt: DType, scale: float = 1.0, int_range: int = 64):
-    """Random test data: normal floats (times ``scale``) or uniform integers in ``[-int_range, int_range)``."""
+    """Random test data: normal floats (times ``scale``, rounded to ``dt``) or uniform integers in ``[-int_range, int_range)``."""
     if dt.is_int:
         lo = max(dt.min, -int_range)
         hi = min(dt.max + 1, int_range)
         return rng.integers(lo, hi, size=shape).astype(dt.numpy)
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
+    return cast(rng.standard_normal(shape) * scale, dt)
 
 
 Reference = Callable[..., dict]
