@@ -244,8 +244,9 @@ def _running_sum(acc, groups) -> np.ndarray:
     return out
 
 
-def _padded(t, axis_len_last) -> np.ndarray:
-    pad = -axis_len_last % GROUP
+def _padded(t) -> np.ndarray:
+    """``t`` with zeros after its last axis up to a multiple of :data:`GROUP`."""
+    pad = -t.shape[-1] % GROUP
     if not pad:
         return t
     return np.concatenate([t, np.zeros(t.shape[:-1] + (pad,), np.float32)], axis=-1)
@@ -260,7 +261,7 @@ def fp32_sum(terms, acc=None, axis: int = -1) -> np.ndarray:
     ``a``'s length is a multiple of :data:`GROUP`.
     """
     t = np.moveaxis(np.asarray(terms, dtype=np.float32), axis, -1)
-    t = _padded(t, t.shape[-1])
+    t = _padded(t)
     acc = np.zeros(t.shape[:-1], np.float32) if acc is None else np.broadcast_to(acc, t.shape[:-1])
     return _running_sum(acc, _group_sums(t))
 
@@ -276,9 +277,9 @@ def matmul(a, b, fmt: Format = BF16) -> np.ndarray:
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     rows = max(1, _CHUNK // max(1, k * n))
     out = np.empty((m, n), np.float32)
-    bt = _padded(b.T, k)                                     # [n, k']
+    bt = _padded(b.T)                                     # [n, k']
     for r in range(0, m, rows):
-        ar = _padded(a[r:r + rows], k)                       # [rows, k']
+        ar = _padded(a[r:r + rows])                       # [rows, k']
         prods = mul(ar[:, None, :], bt[None, :, :], FP32)    # [rows, n, k']
         out[r:r + rows] = _running_sum(np.zeros(prods.shape[:-1], np.float32), _group_sums(prods))
     return round_to(out.astype(np.float64), fmt)

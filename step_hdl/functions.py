@@ -220,8 +220,10 @@ class FnSpec:
     def apply(self, f: Fn, *xs):
         raise NotImplementedError
 
-    #: whether :meth:`apply_float` defines the function on float tiles
-    has_float = False
+    @property
+    def has_float(self) -> bool:
+        """Whether :meth:`apply_float` defines the function on float tiles (a subclass overrides it)."""
+        return type(self).apply_float is not FnSpec.apply_float
 
     def apply_float(self, f: Fn, fmt: "floats.Format", *xs):
         """The result on float tiles (float32 arrays), rounded to ``fmt``, by :mod:`step_hdl.floats`."""
@@ -262,10 +264,6 @@ def _binary_dtype(f: Fn, a: Tile, b: Tile) -> DType:
     return a.dtype if a.dtype == b.dtype else dtype("fp32")
 
 
-def _int_or_float(x: np.ndarray, dt: DType) -> np.ndarray:
-    return x.astype(np.int64) if dt.is_int else x.astype(np.float32)
-
-
 class _Elementwise(FnSpec):
     arity = 2
     cost = 1
@@ -288,12 +286,10 @@ class _Elementwise(FnSpec):
                                 f"differ (one of them may be 1 to broadcast)")
         return x
 
-    has_float = True
-
     def apply(self, f, a, b):
         if a.dtype.kind != "i":
             return self.apply_float(f, floats.FP32, a, b)
-        return cast(self.op(_int_or_float(a, INT32), _int_or_float(b, INT32), INT32), INT32)
+        return cast(self.op(a.astype(np.int64), b.astype(np.int64), INT32), INT32)
 
     def apply_float(self, f, fmt, a, b):
         return self.float_op(a, b, fmt)
@@ -383,23 +379,19 @@ class MatMul(FnSpec):
         a, b, m, _, n = self._dims(f, a, b)
         return Tile(_binary_dtype(f, a, b), m, n)
 
-    def apply(self, f, a, b):
-        if f.param("transpose_a"):
-            a = a.T
-        if f.param("transpose_b"):
-            b = b.T
-        if a.dtype.kind == "i":
-            return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
-        return floats.matmul(a, b, floats.FP32)
+    @staticmethod
+    def _operands(f, a, b):
+        """``a`` as ``[m, k]`` and ``b`` as ``[k, n]``."""
+        return (a.T if f.param("transpose_a") else a), (b.T if f.param("transpose_b") else b)
 
-    has_float = True
+    def apply(self, f, a, b):
+        if a.dtype.kind != "i":
+            return self.apply_float(f, floats.FP32, a, b)
+        a, b = self._operands(f, a, b)
+        return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
 
     def apply_float(self, f, fmt, a, b):
-        if f.param("transpose_a"):
-            a = a.T
-        if f.param("transpose_b"):
-            b = b.T
-        return floats.matmul(a, b, fmt)
+        return floats.matmul(*self._operands(f, a, b), fmt)
 
     def flops(self, f, a, b):
         _, _, m, k, n = self._dims(f, a, b)
@@ -428,8 +420,6 @@ class Relu(_Unary):
         if a.dtype.kind == "i":
             return np.maximum(a, 0).astype(a.dtype)
         return floats.relu(a, floats.FP32)
-
-    has_float = True
 
     def apply_float(self, f, fmt, a):
         return floats.relu(a, fmt)
@@ -465,8 +455,6 @@ class Silu(_Unary):
             return silu_fixed(a, f.param("frac"), _np_dtype(a))
         return self.apply_float(f, floats.FP32, a)
 
-    has_float = True
-
     def apply_float(self, f, fmt, a):
         if fmt is floats.BF16:
             return floats.silu_bf16(a)
@@ -492,8 +480,6 @@ class Exp(_Unary):
         if a.dtype.kind == "i":
             return exp_fixed(a, f.param("frac"), _np_dtype(a))
         return self.apply_float(f, floats.FP32, a)
-
-    has_float = True
 
     def apply_float(self, f, fmt, a):
         if fmt is floats.BF16:
@@ -544,8 +530,6 @@ class _AxisReduce(_Unary):
         dt = INT32 if a.dtype.is_int and self.is_sum else a.dtype
         return Tile(dt, a.rows, 1) if self.axis == 1 else Tile(dt, 1, a.cols)
 
-    has_float = True
-
     def apply_float(self, f, fmt, a):
         if self.is_sum:
             return floats.reduce_sum(a, self.axis, fmt)
@@ -557,7 +541,7 @@ class _AxisReduce(_Unary):
         if self.is_sum:
             return wrap_int32(a.astype(np.int64).sum(axis=self.axis, keepdims=True))
         if a.shape[self.axis] == 0:
-            low = np.iinfo(a.dtype).min if a.dtype.kind == "i" else -np.inf
+            low = np.iinfo(a.dtype).min
             shape = (a.shape[0], 1) if self.axis == 1 else (1, a.shape[1])
             return np.full(shape, low, dtype=a.dtype)
         return a.max(axis=self.axis, keepdims=True)
@@ -859,7 +843,8 @@ def apply_typed(f: Fn, out: Tile, *xs):
     if isinstance(out, Tile) and not out.dtype.is_int and f.spec.has_float:
         return f.spec.apply_float(f, floats.fmt_of(out.dtype), *xs)
     y = f.spec.apply(f, *xs)
-    if isinstance(out, Tile) and isinstance(y, np.ndarray) and (y.dtype != out.dtype.numpy or not out.dtype.is_int):
+    # what is left moves values without arithmetic (float results are already in their format)
+    if isinstance(out, Tile) and isinstance(y, np.ndarray) and y.dtype != out.dtype.numpy:
         return cast(y, out.dtype)
     return y
 

@@ -25,13 +25,17 @@ def edge_values():
     return F.from_bits(np.array(bits, dtype=np.uint32), F.BF16)
 
 
-def ml_reference(op, a, b):
-    """ml_dtypes' bf16 result (float32 arithmetic rounded to bfloat16), then our documented rules on it:
-    subnormal results flushed, -0 as +0, NaN canonical."""
-    with np.errstate(all="ignore"):
-        r = op(a.astype(BF), b.astype(BF)).astype(np.float32)
+def with_our_rules(r, fmt):
+    """An independent library's result given our documented rules: subnormal results flushed, -0 as +0,
+    NaN canonical."""
     r = np.where(np.abs(r) < F.MIN_NORMAL, np.float32(0), r)
-    return np.where(np.isnan(r), F.from_bits(np.full(r.shape, F.BF16.nan), F.BF16), r).astype(np.float32)
+    return np.where(np.isnan(r), F.from_bits(np.full(r.shape, fmt.nan), fmt), r).astype(np.float32)
+
+
+def ml_reference(op, a, b):
+    """ml_dtypes' bf16 result (float32 arithmetic rounded to bfloat16), given our rules."""
+    with np.errstate(all="ignore"):
+        return with_our_rules(op(a.astype(BF), b.astype(BF)).astype(np.float32), F.BF16)
 
 
 def assert_same_but_tininess(got, want, exact):
@@ -95,10 +99,7 @@ def test_fp32_ops_match_numpy_float32(name):
     a = flushed(rng.integers(0, 1 << 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32))
     b = flushed(rng.integers(0, 1 << 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32))
     with np.errstate(all="ignore"):
-        want = theirs(a, b)
-    # numpy's float32 result is correctly rounded with gradual underflow: flush it, canonicalize NaN
-    want = np.where(np.abs(want) < F.MIN_NORMAL, np.float32(0), want)
-    want = np.where(np.isnan(want), F.from_bits(np.full(want.shape, F.FP32.nan), F.FP32), want)
+        want = with_our_rules(theirs(a, b), F.FP32)       # numpy: correctly rounded, gradual underflow
     got = ours(a, b, F.FP32)
     tiny = np.abs(want) == 0
     # one documented difference: tininess after rounding. numpy rounds a tiny product on the subnormal
