@@ -107,14 +107,28 @@ def counted_kinds(graph: Graph) -> dict[str, int]:
     return need
 
 
-def unit_hops(lowered: Graph) -> dict[str, int]:
+def unit_latency(graph: Graph, head: str, kind: str) -> int:
+    """The declared pipeline latency (``StepUnit.latency``) of the unit that node ``head`` of ``graph`` heads
+    (``kind``: its :func:`units` kind); 0 for a node no unit class runs."""
+    from .adapters import adapter_for
+    node = graph.nodes[head]
+    adapter = adapter_for(node, kind)
+    if adapter is None or not adapter.units:
+        return 0
+    cls = adapter.units.get(adapter.unit_name(node))
+    return getattr(cls, "latency", 0)
+
+
+def chain_latency(lowered: Graph) -> dict[str, int]:
     """Per node of the graph ``lowered`` was lowered from (``lowered.origin``, set by
-    :func:`~step_hdl.mapper.tiling.tile_physical`): the units beyond the first on the longest path through
-    the units the lowering made of it. Each is one FIFO (and a unit) more between the node's input and its
-    output than a node that is one unit: the approximate model counts a cycle for each."""
+    :func:`~step_hdl.mapper.tiling.tile_physical`): the cycles a token spends in the pipeline of the units
+    the lowering made of it beyond one, on the slowest path through them: a FIFO (a cycle) into each unit
+    after the first and every unit's declared latency (:func:`unit_latency`). A node that is one unit of
+    latency 0 (a Reshape) spends none; one Map, 1; the approximate model counts these cycles."""
     origin = getattr(lowered, "origin", {})
-    heads = {}
-    for head, (_, nodes) in units(lowered).items():
+    heads, weight = {}, {}
+    for head, (kind, nodes) in units(lowered).items():
+        weight[head] = unit_latency(lowered, head, kind)
         for n in nodes:
             heads[n] = head
     succ: dict = {}
@@ -124,9 +138,9 @@ def unit_hops(lowered: Graph) -> dict[str, int]:
             succ.setdefault(a, set()).add(b)
     depth: dict = {}
 
-    def longest(h):             # units on the longest path from unit h inside its node (a DAG: memoized)
+    def longest(h):             # cycles on the slowest path from unit h inside its node (a DAG: memoized)
         if h not in depth:
-            depth[h] = 1 + max((longest(s) for s in succ.get(h, ())), default=0)
+            depth[h] = weight[h] + max((1 + longest(s) for s in succ.get(h, ())), default=0)
         return depth[h]
     for h in set(heads.values()):
         longest(h)
@@ -134,5 +148,5 @@ def unit_hops(lowered: Graph) -> dict[str, int]:
     for h, d in depth.items():
         o = origin.get(h)
         if o is not None:
-            out[o] = max(out.get(o, 0), d - 1)
+            out[o] = max(out.get(o, 0), d)
     return out

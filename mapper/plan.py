@@ -136,6 +136,37 @@ def _port_fmt(unit, port):
     return unit.fmts[port][1]
 
 
+def memory_word(graph: Graph, tiles: dict) -> int:
+    """Bytes of the memory word: the largest physical tile an off-chip unit of ``graph`` (lowered) moves, so
+    every unit's port (one physical tile of its tensor's type) divides it; ``tiles`` from
+    :func:`tensor_tiles`. :func:`configure` takes the same from the built units' ports."""
+    return max((pr * pc * graph.tensors[name].dtype.bytes for name, (pr, pc) in tiles.items()), default=0)
+
+
+def tensor_layout(graph: Graph, tiles: dict, word: int, tile: int, bindings=None, tensor_order=None) -> dict:
+    """The off-chip layout: tensor name -> ``(byte address, rows, cols, dtype name)``.
+
+    Tensors follow one another in ``tensor_order`` (default: the graph's), each starting on a ``word``
+    boundary, each stored physical tile after physical tile (``tiles``: from :func:`tensor_tiles`; ``tile x
+    tile`` for a tensor no unit touches), row by row of the tensor. The approximate model places its
+    transfers at these addresses too (``sim.model_memory``), so both see the same DRAM channels."""
+    tensors, addr = {}, 0
+    for tname in list(tensor_order or graph.tensors):
+        spec = graph.tensors[tname]
+        rows, cols = (static_size(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
+        pr, pc = tiles.setdefault(tname, (tile, tile))
+        if rows % pr or cols % pc:
+            raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "
+                              f"{pr}x{pc} physical tiles")
+        tb = pr * pc * make_dtype(spec.dtype.name).bytes
+        if word % tb:
+            raise FabricError(f"tensor {tname!r}: its {pr}x{pc} tiles ({tb} bytes) do not divide the "
+                              f"{word}-byte memory word")
+        tensors[tname] = (addr, rows, cols, spec.dtype.name)
+        addr += -(-(rows // pr) * (cols // pc) * tb // word) * word
+    return tensors
+
+
 def tensor_tiles(graph: Graph) -> dict:
     """name -> physical tile (rows, cols) of every tensor, from the loads and stores that touch it."""
     tiles: dict = {}
@@ -157,20 +188,7 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None,
     made = built_units(design)
     tiles = tensor_tiles(graph)
     word = max([made[n].params.port.word_bytes for n in design.mem_units] or [tile_bytes(fab)])
-    tensors, addr = {}, 0
-    for tname in list(tensor_order or graph.tensors):
-        spec = graph.tensors[tname]
-        rows, cols = (static_size(d, bindings, f"tensor {tname!r} size") for d in (spec.rows, spec.cols))
-        pr, pc = tiles.setdefault(tname, (fab.tile, fab.tile))
-        if rows % pr or cols % pc:
-            raise FabricError(f"tensor {tname!r} [{rows}, {cols}] is not a whole number of "
-                              f"{pr}x{pc} physical tiles")
-        tb = pr * pc * make_dtype(spec.dtype.name).bytes
-        if word % tb:
-            raise FabricError(f"tensor {tname!r}: its {pr}x{pc} tiles ({tb} bytes) do not divide the "
-                              f"{word}-byte memory word")
-        tensors[tname] = (addr, rows, cols, spec.dtype.name)
-        addr += -(-(rows // pr) * (cols // pc) * tb // word) * word
+    tensors = tensor_layout(graph, tiles, word, fab.tile, bindings, tensor_order)
     ctx = ConfigContext(tensors, bindings, sources)
     config = []
     for k, u in enumerate(design.units):

@@ -300,6 +300,8 @@ class _Lowering:
             for name in self.g.nodes:
                 origin.setdefault(name, node.name)
         self.g.origin = origin
+        # the source graph's streams of addresses and table records: one token per element, no block dims
+        self.g.indices = frozenset(self.indices)
         return self.g
 
     def out(self, node, port, new):

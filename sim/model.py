@@ -39,15 +39,27 @@ fabric:
   until the consumer has taken it (the RTL unit is still sending its last
   pieces), so a long path buffers what the RTL buffers, not ``depth`` logical
   tiles;
-* a node the lowering makes a chain of units (a row-tiled load and its two
-  Reshapes, a matmul's buffers and MatMul unit, softmax's shift: its vector's
-  split, buffers and replay) passes each token through a FIFO per unit beyond
-  the first on the chain's longest path (:func:`lowered_hops`), a cycle each
-  (``units.stream.Queue``: latency 1): its tokens arrive that much later, at
-  the same rate (the units' own pipeline registers are not counted);
+* a token spends the pipeline cycles of the units the lowering makes of its
+  node (:func:`~step_hdl.mapper.fusion.chain_latency`: on the slowest path
+  through them, a FIFO cycle into each unit after the first, ``units.stream.Queue``
+  latency 1, and each unit's declared ``latency``: a Map's output register, an
+  on-chip buffer's SRAM read and register): it arrives that much later, at
+  the same rate, the edge holding that many tokens more (the chain's
+  registers and FIFOs hold them);
+* a tile whose rows a unit passes on as they come (an element-wise map, a
+  broadcast, routing, packing rows into a tile) is timed by its first and
+  its last piece: the consumer, if free, starts on the first piece, however
+  late the producer has taken its last input; a reduction's output (a column
+  sum) and a load's pieces come at the end;
 * routing with a selector costs one cycle per selector token plus the transfer
   of each routed token (a multi-hot copy is one transfer); a stop or done
-  token costs one cycle;
+  token costs one cycle, except a stop right after a tile on the same output:
+  the lowered stream merges it into the stop that closes the tile's last
+  row of pieces (``units.merger``); an index, address or table record is one
+  token with no closing stop;
+* off-chip addresses are where the RTL lays the tensors out
+  (:func:`~step_hdl.mapper.plan.tensor_layout`), and a random load's or store's
+  request goes out when its address (and a store's data) is whole;
 * off-chip tiles go through :class:`Dram`, which has the parameters of the
   RTL's DRAM model (:class:`DramParams`): channels, bytes per request, latency,
   cycles between requests per channel, requests in flight; at the addresses
@@ -104,8 +116,9 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.graph import Graph
 from step_hdl.interp import Context, _bindings
 from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, row_blocks, counted_streams, in_row_blocks,
-                                    physical_tiles, row_tiled, stream_tokens)
+from step_hdl.mapper.fusion import chain_latency
+from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, TilingError, row_blocks, counted_streams,
+                                    in_row_blocks, physical_tiles, row_tiled, stream_tokens, tile_physical)
 
 from .bounds import CycleBound, cycle_bound
 from step_hdl.process import Channel, Emitter, Ports, emit_block
@@ -179,7 +192,7 @@ class TimedChannel(Channel):
         self.fill = 0                   # lowered tokens queued
         self.sizes: deque = deque()     # per queued token: the lowered tokens it is
         self.need = 1                   # the lowered tokens of the token waiting to be pushed
-        self.ends: deque = deque()      # per queued token: when its last physical tile arrives
+        self.ends: deque = deque()      # per queued token: (when its first, when its last physical tile arrives)
         self.on_push = None             # called after each push (a random load's address input)
         self.pushed = 0                 # tokens pushed so far (counted where on_push is set)
         self.data_waiters: list = []
@@ -200,7 +213,9 @@ class TimedPorts(Ports):
         self.proc, self.model = proc, model
         self.taken: dict = {}       # the last data token taken per input port
         self.cut_through, self.streamed = model.cut_through(node)
-        self.first = None           # when the first input of the output being made was taken
+        self.first = None           # when the unit started on the first input of the output being made
+        self.free = 0               # when the unit finished sending its last output
+        self.after_data: set = set()    # the output ports whose last token was data
         self.avail = 0              # when the last physical tile of those inputs has arrived
         self.whole = 0              # ... of those the unit needs whole before it starts (buffered operands)
         kind = node.kind
@@ -216,14 +231,19 @@ class TimedPorts(Ports):
         self.tail = model.stream_tail(node)
         self.blocks = model.block_buffer(node)     # packing or unpacking P-row blocks: its buffer's timing
         self._pieces_of: dict = {}  # lowered tokens per payload shape
+        # an index, selector, address or table record is one token, with no stop closing it as a row tile's
+        # (the lowering adds no block dims to such streams: ``indices`` of the lowered graph)
+        self.scalar_out = bool(node.out_types) and all(
+            not isinstance(st.dtype, Tile) or f"{node.name}.{p}" in model.indices for p, st in node.out_types.items())
         if self.plain:
             self._cost = self._pieces   # a node without compute: one cycle per lowered token it sends
         if self.random_load:
             self._prefetch = ctx.memory.prefetcher(node, ins["addr"], model.params.mem_inflight)
         self._ref_prefetch = (ctx.memory.ref_prefetcher(node, ins["ref"], model.params.mem_inflight)
                               if self.load and "ref" in ins else None)
-        # the FIFOs between the units the lowering makes of this node: a cycle each for its tokens to arrive
-        self.hops = model.hops.get(node.name, 0)
+        # the pipeline cycles of the units the lowering makes of this node: its tokens arrive that much later
+        self.chain = model.chain.get(node.name, 0)
+        self.passes_rows = self.cut_through and model.passes_rows(node)
 
     def get(self, port):
         ch = self.ins[port]
@@ -231,7 +251,7 @@ class TimedPorts(Ports):
         while not queue:
             yield ("data", (ch,))
         tok = queue.popleft()
-        _take(self, port, ch, tok, ch.ends.popleft())
+        _take(self, port, ch, tok, *ch.ends.popleft())
         if self.router and port == "sel" and not tok.stop and not tok.done:
             yield ("delay", 1)              # the selector cycle
         return tok
@@ -277,7 +297,7 @@ class TimedPorts(Ports):
 
     def _pieces(self, tok) -> int:
         """The lowered tokens ``tok`` is on its stream (physical tiles and the stops among them)."""
-        if tok.stop or tok.done:
+        if tok.stop or tok.done or self.scalar_out:
             return 1
         payload = tok.payload
         tp = type(payload)
@@ -289,7 +309,19 @@ class TimedPorts(Ports):
         return n
 
     def put(self, port, tok):
+        if self.random_load and self.avail > self.model.now:
+            return self._put_when_whole(port, tok)
         return self.put_all((port,), tok, self._send_cycles(tok))
+
+    def _put_when_whole(self, port, tok):
+        yield from self._address_whole()
+        yield from self.put_all((port,), tok, self._send_cycles(tok))
+
+    def _address_whole(self):
+        """A random load's request goes out when its address is whole (an address passed on as it was
+        made is taken on its first piece)."""
+        yield ("delay", self.avail - self.model.now)
+        self.first = self.model.now
 
     def put_all(self, ports, tok, cost=None):
         """Send ``tok`` on ``ports`` (a Broadcast's copies go out together).
@@ -304,11 +336,21 @@ class TimedPorts(Ports):
         last physical tile leaves, ``max(start + cost, streamed inputs' last
         tile + 1)``, and the unit stays busy until then.
         """
-        if cost is None:
+        is_data = not tok.stop and not tok.done
+        # a stop right after a tile merges with the stop that closes the tile's last row of pieces on the
+        # lowered stream (``units.merger``: one stop token of the higher level), so it costs no cycle
+        merged = tok.stop and not self.scalar_out and self.after_data.issuperset(ports)
+        if merged:
+            cost = 0
+        elif cost is None:
             cost = self._cost(tok)
+        if is_data:
+            self.after_data.update(ports)
+        else:
+            self.after_data.difference_update(ports)
         model = self.model
         now = model.now
-        is_data = not tok.stop and not tok.done
+        lead = None     # when its first piece leaves, if before it is pushed (a unit passing rows on)
         if is_data and self.blocks is not None:
             due = self.blocks.due()
             if due > now:
@@ -334,13 +376,16 @@ class TimedPorts(Ports):
         elif is_data and self.cut_through:
             start = max(now if self.first is None else self.first, self.whole)
             end = max(start + cost, self.avail + 1 + self.tail, now + 1)
+            # its first piece leaves after its input's first (a unit passing rows on), or with the rest at
+            # the end, one a cycle
+            lead = start + 1 if self.passes_rows else end - self._pieces(tok) + 1
             yield ("delay", 1)
         else:
             begin = self.avail if is_data and self.avail > now else now
             end = begin + cost
             yield ("delay", end - now)
         outs = self.outs
-        need = self._pieces(tok)
+        need = 0 if merged else self._pieces(tok)
         for port in ports:
             ch = outs[port]
             queue = ch.queue
@@ -351,7 +396,8 @@ class TimedPorts(Ports):
             ch.fill += need
             ch.sizes.append(need)
             now = model.now
-            ch.ends.append((end if end > now else now) + self.hops)
+            chain = self.chain
+            ch.ends.append((now if lead is None else lead + chain, (end if end > now else now) + chain))
             if ch.data_waiters:
                 model.wake(ch.data_waiters)
             if ch.on_push is not None:
@@ -369,6 +415,7 @@ class TimedPorts(Ports):
             yield ("delay", end - now)
         if is_data:
             self.first, self.avail, self.whole = None, 0, 0
+        self.free = model.now
 
 
 # ----------------------------------------------------------------------------- fused operator loops
@@ -378,15 +425,17 @@ class TimedPorts(Ports):
 # operations in the same order, same yields), one generator level less per token. ``Model(fused=False)``
 # runs the operators' own code instead; tests/test_model.py checks both give identical results.
 
-def _take(io, port, ch, tok, end):
-    """What :meth:`TimedPorts.get` does with a token just taken from ``ch`` (the selector cycle aside)."""
+def _take(io, port, ch, tok, lead, end):
+    """What :meth:`TimedPorts.get` does with a token just taken from ``ch`` (the selector cycle aside): its
+    first physical tile arrives at ``lead``, its last at ``end``."""
     pieces = ch.sizes.popleft()
     ch.fill -= pieces
     if ch.space_waiters:
         io.model.wake(ch.space_waiters)
-    if io.linear_store and not tok.stop and not tok.done:
+    if (io.linear_store or io.random_store) and not tok.stop and not tok.done:
         # the unit writes each piece as it comes (a token taken on its first piece ends at ``end``): the
-        # writes go to the memory at the pieces' pace, the last one when the last piece is in
+        # writes go to the memory at the pieces' pace, the last one when the last piece is in (a random
+        # store's address too: no write before it is there)
         memory = io.ctx.memory
         memory.now = max(memory.now, end - pieces + 1)
     if not tok.stop and not tok.done:
@@ -394,7 +443,9 @@ def _take(io, port, ch, tok, end):
         if io.blocks is not None:
             io.blocks.took(io.model.now, tok, end)
         if io.first is None:
-            io.first = io.model.now
+            # a unit that was free starts on the first piece as it arrives, though the token (a tile whose
+            # rows a unit upstream passed on as they came) was only whole later
+            io.first = max(lead, io.free)
         if end > io.avail:
             io.avail = end
         if end > io.whole and port not in io.streamed:
@@ -478,9 +529,11 @@ def _run_random_load(node, io):
         while not queue:
             yield wait
         t = queue.popleft()
-        _take(io, "addr", ch, t, ends.popleft())
+        _take(io, "addr", ch, t, *ends.popleft())
         if t.stop == 0 and not t.done:
             t = data(read(node, arr, base + int(t.payload.reshape(-1)[0]), tr, tc))
+            if io.avail > io.model.now:
+                yield from io._address_whole()
         yield from io.put_all(out, t, send(t))
         if t.done:
             return
@@ -495,7 +548,7 @@ def _run_broadcast(node, io):
         while not queue:
             yield wait
         t = queue.popleft()
-        _take(io, "in", ch, t, ends.popleft())
+        _take(io, "in", ch, t, *ends.popleft())
         yield from io.put_all(outs, t)
         if t.done:
             return
@@ -516,7 +569,7 @@ def _run_accum(node, io):
         while not queue:
             yield wait
         t = queue.popleft()
-        _take(io, "in", ch, t, ends.popleft())
+        _take(io, "in", ch, t, *ends.popleft())
         if t.done:
             yield from io.put("out", DONE)
             return
@@ -545,7 +598,7 @@ def _run_flat_map(node, io):
         while not queue:
             yield wait
         t = queue.popleft()
-        _take(io, "in", ch, t, ends.popleft())
+        _take(io, "in", ch, t, *ends.popleft())
         if t.done:
             yield from em.done()
             return
@@ -606,7 +659,9 @@ class Model:
                     if d.is_Symbol:
                         bind[d] = n
         self.dram = Dram(params.dram)
-        self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only)
+        lowered = _lowered(graph, params.tile)
+        self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only,
+                                  _layout(lowered, params.tile, bind))
         self.memory.tile = params.tile
         self.memory.schedule = self._timer
         self.ctx = Context(self.memory, streams or {}, bind, None)
@@ -617,7 +672,8 @@ class Model:
         self._info: dict = {}
         self.P = params.tile
         self.counted = counted_streams(graph, self.P) if self.P else frozenset()
-        self.hops = lowered_hops(graph, self.P) if self.P else {}
+        self.chain = chain_latency(lowered) if lowered is not None else {}
+        self.indices = getattr(lowered, "indices", frozenset())
 
     # -- cost rules
     def _tiles(self, payload, cut=None) -> int:
@@ -708,6 +764,20 @@ class Model:
         # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
         return True, {p for p, t in ins.items() if (streams(t) or node.kind in ("Accum", "Scan"))
                       and p != "ref"}
+
+    def passes_rows(self, node) -> bool:
+        """Whether a cut-through ``node``'s output rows are its streamed input's rows, passed on as they come
+        (an element-wise map, a broadcast, routing, packing rows into a tile, a matmul of row tiles), so its
+        output's first piece leaves right after its input's first, however late the whole token is made;
+        not a reduction over the rows (a column sum, a contraction over them), whose output is made at
+        their end."""
+        if node.kind in LOADS:
+            return False        # its pieces leave as the memory's responses come
+        if node.kind == "Accum" and node.p("update").name == "retile_row":
+            return True         # row tiles packed into a tile of row tiles: the rows go on as they come
+        ins = [r.type.dtype for p, r in node.inputs.items() if r is not None]
+        rows = {t.rows for t in ins if isinstance(t, Tile)}
+        return any(isinstance(st.dtype, Tile) and st.dtype.rows in rows for st in node.out_types.values())
 
     def block_buffer(self, node):
         """The transposing buffer's timing (:class:`_PackBuffer`, :class:`_UnpackBuffer`) of a node that the
@@ -816,7 +886,10 @@ class Model:
         depths = self.depths or capped_depths(g, p.fifo_depth, p.max_fifo_depth, self.ctx.bindings)
         chans: dict = {}
         for ref, consumer, port in g.edges():
-            chans[(ref.node.name, ref.port)] = TimedChannel(ref.label, depths.get(ref.label, self.params.fifo_depth))
+            # a token spends its producer's pipeline cycles (``chain``) in the registers and FIFOs of the units
+            # the lowering made of it, which hold one a cycle: the edge holds that many more
+            chans[(ref.node.name, ref.port)] = TimedChannel(
+                ref.label, depths.get(ref.label, self.params.fifo_depth) + self.chain.get(ref.node.name, 0))
         procs = []
         for node in g.nodes.values():
             proc = _Proc(node)
@@ -915,15 +988,34 @@ def _deadlock(stuck, chans) -> StepDeadlockError:
                              blocked, pending)
 
 
-def lowered_hops(graph: Graph, P: int) -> dict:
-    """Per node: the FIFOs on the longest path through the units the lowering makes of it beyond the first
-    (:func:`step_hdl.mapper.fusion.unit_hops`); none for a graph the lowering does not take."""
-    from step_hdl.mapper.fusion import unit_hops
-    from step_hdl.mapper.tiling import TilingError, tile_physical
+def _lowered(graph: Graph, P: int) -> Graph | None:
+    """``graph`` lowered to ``P x P`` physical tiles as the mapper lowers it, or None (no physical tile, or a
+    graph the lowering does not take): what the model reads of the RTL's structure, the FIFOs of each node's
+    chain of units (:func:`~step_hdl.mapper.fusion.chain_latency`) and the off-chip layout (:func:`_layout`)."""
+    if not P:
+        return None
     try:
-        return unit_hops(tile_physical(graph, P))
+        return tile_physical(graph, P)
     except TilingError:
-        return {}
+        return None
+
+
+def _layout(lowered: Graph | None, P: int, bind: dict) -> dict | None:
+    """Tensor name -> byte address where the RTL lays it out (:func:`~step_hdl.mapper.plan.tensor_layout`:
+    one after the other, each on a boundary of the memory word), so the model's transfers fall on the RTL's
+    DRAM channels; None where the mapper would not lay the graph out."""
+    from step_hdl.mapper.fabric import FabricError
+    from step_hdl.mapper.plan import memory_word, tensor_layout, tensor_tiles
+    if lowered is None:
+        return None
+    try:
+        tiles = tensor_tiles(lowered)
+        word = memory_word(lowered, tiles)
+        if not word:
+            return None
+        return {name: addr for name, (addr, *_) in tensor_layout(lowered, tiles, word, P, bind).items()}
+    except FabricError:
+        return None
 
 
 def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, streams=None, bindings=None,

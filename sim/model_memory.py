@@ -36,7 +36,8 @@ class _LoadState:
     ahead, for the addresses waiting at a random load's input or the ref elements waiting at a linear
     load's (``early``: (completion, pieces))."""
 
-    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count", "leaving", "timer")
+    __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count", "leaving", "timer",
+                 "whole_at", "prefetch_at")
 
     def __init__(self, ready: deque):
         self.ready = ready
@@ -49,21 +50,30 @@ class _LoadState:
         self.count = 0          # tiles read so far (a burst does not go on into the next ref element's block)
         self.leaving = (0, 0)   # the tile being sent: (physical tiles, when its last one leaves)
         self.timer = None       # when a credit-paced issue of the pending tiles is scheduled
+        self.whole_at = 0       # when the input token the prefetch stopped at is whole (_waiting)
+        self.prefetch_at = 0    # when a prefetch waiting for that token is scheduled
 
 
-def _waiting(st: _LoadState, channel):
+def _waiting(st: _LoadState, channel, now: int):
     """The data tokens waiting at a load's input ``channel`` (a :class:`TimedChannel`, which counts its
     pushes) that its prefetch has not looked at yet, oldest first; ``st.cursor`` moves past each one as it
-    is given (and past the stops before it), so a scan stopped after a token resumes at the next."""
-    queue = channel.queue
+    is given (and past the stops before it), so a scan stopped after a token resumes at the next. The scan
+    ends at a token that is not whole at ``now`` (its last piece, passed on as it was made, is still on its
+    way): ``st.whole_at`` says when it is."""
+    queue, ends = channel.queue, channel.ends
     n = len(queue)
     front = channel.pushed - n      # push count of the token at the head of the queue
     i = max(st.cursor - front, 0)
+    st.whole_at = 0
     while i < n:
         tok = queue[i]
+        data = not tok.stop and not tok.done
+        if data and ends[i][1] > now:
+            st.whole_at = ends[i][1]
+            return
         i += 1
         st.cursor = front + i
-        if not tok.stop and not tok.done:
+        if data:
             yield tok
 
 
@@ -106,7 +116,7 @@ class TimedMemory(Memory):
         r, c = divmod(index, gc)
         return self.base[name] + r * row_bytes + c * tile_bytes, stride, runs
 
-    def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool):
+    def __init__(self, graph, tensors, dram: Dram, bind, timing_only: bool, layout: dict | None = None):
         control = {k: v for k, v in tensors.items() if graph.tensors[k].dtype.name == "int32"}
         super().__init__(graph, control if timing_only else tensors)
         self.real = set(self.arrays) if timing_only else set(graph.tensors)
@@ -119,7 +129,8 @@ class TimedMemory(Memory):
         addr = 0
         for name, spec in graph.tensors.items():
             rows, cols = (int(d.subs(bind)) for d in (spec.rows, spec.cols))
-            self.base[name] = addr
+            # the RTL's layout where the model has it, else each tensor on a 4 KB boundary
+            self.base[name] = layout[name] if layout is not None else addr
             addr += -(-rows * cols * spec.dtype.bytes // 4096) * 4096
             if timing_only and name not in self.real:
                 self.arrays[name] = _Shape((rows, cols))
@@ -188,12 +199,13 @@ class TimedMemory(Memory):
             if free < pieces:
                 return
             now = self.now
-            for tok in _waiting(st, channel):
+            for tok in _waiting(st, channel, now):
                 addr, stride, runs = where(tensor, base + int(tok.payload.item(0)), tr, tc)
                 early.append((access(now, addr, nbytes, pieces, name, False, stride, runs), pieces))
                 free -= pieces
                 if free < pieces:
                     break
+            self._again(st, now, prefetch)
 
         return prefetch
 
@@ -229,7 +241,7 @@ class TimedMemory(Memory):
                 return
             now = self.now
             burst = info[11]
-            for _ in _waiting(st, channel):
+            for _ in _waiting(st, channel, now):
                 for k, index in enumerate(offsets):
                     cont = burst and k > 0 and index == offsets[k - 1] + 1
                     addr, stride, runs = self.where(tensor, index, tr, tc)
@@ -237,8 +249,17 @@ class TimedMemory(Memory):
                 free -= need
                 if free < need:
                     break
+            self._again(st, now, prefetch)
 
         return prefetch
+
+    def _again(self, st: _LoadState, now: int, prefetch) -> None:
+        """Run ``prefetch`` again when the input token its scan stopped at is whole (its request cannot go
+        out before its address is there)."""
+        t = st.whole_at
+        if t > now and self.schedule is not None and st.prefetch_at != t:
+            st.prefetch_at = t
+            self.schedule(t, prefetch)
 
     def issue(self, name: str, now: int, credits: int) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.

@@ -234,19 +234,22 @@ RTL_GQA = {"interleaved": 437, "contiguous": 418, "dynamic": 707}
 
 
 def test_model_tracks_gqa_strategies():
-    """Within 10 % on each strategy, the dynamic one too: its regions take a new item only when one of their
-    two has been stored and acknowledged, so a loop's round trip through some 40 units sets its pace, and
-    the model passes each token through the FIFOs of the units a node is lowered to (softmax's shift: 6;
-    without them dynamic was -11.2 %)."""
-    from step_hdl.mapper.fusion import unit_hops
+    """Within 7 % on each strategy, the dynamic one too: its regions take a new item only when one of their
+    two has been stored and acknowledged, so the dispatch loop's round trip sets its pace. The model counts
+    the pipeline cycles of the units each node is lowered to (a FIFO into each unit after the first and every
+    unit's declared latency: softmax's shift, 12; the matmul of the scores, 7; a KV-row load, 2; exp, a Map,
+    1), starts a unit on the first row a unit upstream passes on, issues a request when its address is
+    whole and acknowledges a store a round trip after its data is in, and lays the tensors out where the RTL
+    does (before all this: interleaved / contiguous / dynamic +6.2 / +4.3 / -7.2 %, by errors that cancelled
+    out: K and V rows on one channel, store acknowledgements before their data)."""
+    from step_hdl.mapper.fusion import chain_latency
     from step_hdl.mapper.tiling import tile_physical
     pts = [{**p.to_json(), "rtl_cycles": RTL_GQA[p.params["strategy"]]} for p in SWEEPS["gqa"]()]
     c = compare(pts)
-    assert all(abs(p["error_pct"]) <= 10 for p in c.points), [(p["params"]["strategy"], p["error_pct"])
-                                                              for p in c.points]
-    hops = unit_hops(tile_physical(point_workload(SWEEPS["gqa"]()[2]).graph, 4))
-    assert (hops["r0_shift"], hops["r0_pv"], hops["r0_load_k"], hops["r0_exp"]) == (6, 4, 2, 0)
-
+    assert all(abs(p["error_pct"]) <= 7 for p in c.points), [(p["params"]["strategy"], p["error_pct"])
+                                                             for p in c.points]
+    cycles = chain_latency(tile_physical(point_workload(SWEEPS["gqa"]()[2]).graph, 4))
+    assert (cycles["r0_shift"], cycles["r0_scores"], cycles["r0_load_k"], cycles["r0_exp"]) == (12, 7, 2, 1)
 
 
 def test_crossval_effects_from_compared_points():

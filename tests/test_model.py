@@ -262,3 +262,87 @@ def test_a_burst_shares_its_block_in_the_model():
     assert burst.access(1, 8, 8, 1, "load", cont=True) == 12        # the same block, already under way
     assert alone.access(1, 8, 8, 1, "load") == 12 + 4               # the channel's next slot
     assert burst.access(2, 64, 8, 1, "load", cont=True) == 12 + 4   # the next block: a slot of its own
+
+
+def _rows_graph(rows: int, tail=None):
+    """A table record (start, length) read by a random load, the range of rows it names, the rows read by a
+    random load and packed into one dynamically sized tile (GQA decode's KV path), then ``tail(g, packed)``."""
+    from step_hdl import Graph
+    from step_hdl.functions import fn
+    g = Graph("rows")
+    g.tensor("table", 1, 2, "int32")
+    g.tensor("K", rows, 4, "int16")
+    g.tensor("out", 1, 4, "int32")
+    meta = g.random_load(g.index_source(values=[0], name="item"), "table", tile=(1, 2), name="load_table")
+    addrs = g.flat_map(meta, "range", name="range")
+    k = g.random_load(addrs, "K", tile=(1, 4), name="load_k")
+    packed = g.accum(k, "retile_row", fn("zeros", rows=0, cols=4, dtype="int16"), 1, name="pack")
+    g.output(tail(g, packed) if tail else packed, name="o")
+    return g, {"table": np.array([[0, rows]], np.int32), "K": np.zeros((rows, 4), np.int16)}
+
+
+def test_a_random_load_requests_when_its_address_is_whole():
+    """A row address made from a table record the memory has not returned yet cannot be requested: the rows
+    arrive a DRAM round trip after the record, and the record a round trip after the start (the model used
+    to issue the first row's request when the load took the address token, on its first piece: GQA decode's
+    first KV row 60 cycles early)."""
+    g, tensors = _rows_graph(1)
+    p = ModelParams(tile=4)
+    trip = p.dram.latency + 2
+    r = simulate(g, p, tensors)
+    assert r.nodes["load_k"]["finish"] >= 2 * trip
+
+
+def test_rows_pass_on_as_they_come():
+    """Rows packed into a tile (retile_row) go on one by one in the RTL, so the unit after the packing starts on
+    the first row, not when the packed tile is whole: an element-wise map of 32 row tiles ends a few cycles
+    after the last row arrives, not 2 x 32 cycles (a row and its closing stop each) after."""
+    g, tensors = _rows_graph(32, lambda g, t: g.map(t, "relu", name="act"))
+    r = simulate(g, ModelParams(tile=4), tensors)
+    assert r.nodes["act"]["finish"] - r.nodes["load_k"]["finish"] <= 8
+
+
+def test_a_random_store_writes_when_its_data_is_whole():
+    """The acknowledgement of a random store comes a DRAM round trip after its data's last piece is in, not
+    after the store took the token on its first piece (GQA decode's stores acknowledged before their
+    normalized tile existed)."""
+    from step_hdl.functions import fn
+
+    def tail(g, packed):
+        s = g.map(packed, "col_sum", name="colsum")         # [1, 4] int32 at the end of the rows
+        return g.random_store(g.index_source(values=[0], name="slot"), s, "out", tile=(1, 4), name="store")
+    g, tensors = _rows_graph(32, tail)
+    p = ModelParams(tile=4)
+    r = simulate(g, p, tensors)
+    assert r.nodes["store"]["finish"] >= r.nodes["colsum"]["finish"] + p.dram.latency
+
+
+def test_index_streams_and_merged_stops_cost_no_extra_cycle():
+    """An index stream has no stop closing each element (the lowering adds no block dims to addresses), so a
+    range of 64 addresses moves one a cycle; and a stop right after a tile merges with the stop that closes
+    the tile's last row of pieces, so [1, 4] rows in pairs ([32, 2]) take as long as 64 rows in one run."""
+    from step_hdl import Graph
+    g, tensors = _rows_graph(64)
+    n = simulate(g, ModelParams(tile=4), tensors).nodes
+    assert n["range"]["finish"] - n["load_table"]["finish"] <= 64 + 4
+    runs = []
+    for shape in ([32, 2], [64]):
+        g = Graph("rows")
+        g.tensor("x", 64, 4, "int16")
+        x = g.load("x", tile=(1, 4), out_shape=shape, stride=[2, 1] if len(shape) == 2 else [1], name="lx")
+        g.output(g.map(x, "relu", name="act"), name="o")
+        runs.append(simulate(g, ModelParams(tile=4)).cycles)
+    assert runs[0] == runs[1], runs
+
+
+def test_the_model_lays_tensors_out_as_the_program_does(routing):
+    """The model's transfers fall on the RTL's DRAM channels: each tensor at the address the plan gives it
+    (``mapper.plan.tensor_layout``: one after the other on word boundaries). With every tensor on a 4 KB
+    boundary instead, GQA decode's K and V rows shared one channel and the model was 20 % slow."""
+    from step_hdl.mapper.prepare import prepare
+    from step_hdl.sim.model import Model
+    for w in (swiglu(16, 64, 128, 8, 32, "int16"), gqa_decode([3, 9, 1, 12], regions=2, head_dim=4, dtype="int16"),
+              moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")):
+        prep = prepare(w, 4)
+        m = Model(w.graph, ModelParams.from_fabric(prep.design.fabric), w.tensors, w.streams)
+        assert m.memory.base == {k: v[0] for k, v in prep.program.tensors.items()}, w.graph.name

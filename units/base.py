@@ -53,6 +53,10 @@ class StepUnit(wiring.Component):
     """
 
     kind = ""
+    #: cycles from a token taken at an input to the first output token it makes being valid, with nothing
+    #: pending: the pipeline registers on that path (0: combinational). The approximate model adds it to
+    #: the FIFO cycle between units (``mapper.fusion.chain_latency``).
+    latency = 0
 
     def __init__(self, params):
         self.params = params

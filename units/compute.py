@@ -216,6 +216,7 @@ class Map(StepUnit):
     """
 
     kind = "Map"
+    latency = 1
     params_cls = MapParams
 
     def __init__(self, params: MapParams):
@@ -609,6 +610,7 @@ class Accum(_Reduce):
     """
 
     kind = "Accum"
+    latency = 1
 
     def elaborate(self, platform):
         if self.params.positions:
@@ -794,6 +796,7 @@ class Scan(_Reduce):
     """
 
     kind = "Scan"
+    latency = 1
 
     def __init__(self, params: AccumParams):
         if isinstance(params, AccumParams) and params.retile:

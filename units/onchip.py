@@ -163,6 +163,7 @@ class OnChipBuffer(StepUnit):
     """
 
     kind = "Bufferize"
+    latency = 2
     kinds = ("Bufferize", "Streamify")
 
     def formats(self):

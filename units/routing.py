@@ -574,6 +574,7 @@ class _IndexFunction(StepUnit):
     """
 
     kind = "Map"
+    latency = 1
     function = ""
 
     def __init__(self, params: SelIndexParams):

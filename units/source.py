@@ -167,6 +167,7 @@ class SelectorSource(ConfiguredSource):
     """
 
     kind = "SelectorSource"
+    latency = 1
     params_cls = SourceParams
 
     def payload_format(self):
@@ -200,6 +201,7 @@ class IndexSource(ConfiguredSource):
     """
 
     kind = "IndexSource"
+    latency = 1
     params_cls = IndexSourceParams
     value_signed = True
 
