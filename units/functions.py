@@ -53,12 +53,13 @@ mode allows is wired; where both settings of ``transpose_b`` (or of
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Mux, Signal, Value, signed
+from amaranth.hdl import Array, Const, Mux, Value, signed
 
 from step_hdl.errors import StepTypeError
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
+from .floats import wire
 from .layout import tile_elems
 from .config import Reg
 from .params import ParamError
@@ -94,14 +95,6 @@ def tree(values, op):
             nxt.append(values[-1])
         values = nxt
     return values[0]
-
-
-def _wire(m, value, name: str) -> Signal:
-    """A combinational signal holding ``value`` (same shape)."""
-    value = Value.cast(value)
-    sig = Signal(value.shape(), name=name)
-    m.d.comb += sig.eq(value)
-    return sig
 
 
 class TileVal:
@@ -364,13 +357,13 @@ class Silu(HwFn):
 
     def build(self, m, a, b, out, regs):
         frac = regs["frac"]
-        one = _wire(m, (Const(1, 1) << frac)[:15], "silu_one")
+        one = wire(m, (Const(1, 1) << frac)[:15], "silu_one")
         half = one >> 1
         res = []
         for k, x in enumerate(a.elems):
             hr = (x >> 2) + half
-            h = _wire(m, Mux(hr < 0, 0, Mux(hr > one, one, hr))[:15], f"silu_h{k}")  # 0..one
-            y = _wire(m, (x * h) >> frac, f"silu_y{k}")
+            h = wire(m, Mux(hr < 0, 0, Mux(hr > one, one, hr))[:15], f"silu_h{k}")  # 0..one
+            y = wire(m, (x * h) >> frac, f"silu_y{k}")
             res.append(saturate(y, out.dtype))
         return res
 
@@ -390,22 +383,22 @@ class Exp(HwFn):
 
     def build(self, m, a, b, out, regs):
         frac = regs["frac"]
-        one = _wire(m, (Const(1, 1) << frac)[:15], "exp_one")
+        one = wire(m, (Const(1, 1) << frac)[:15], "exp_one")
         mask = (one - 1)[:15]
         a_rom = Array([Const(round(EXP2_A * (1 << k)), 15) for k in range(16)])
         b_rom = Array([Const((1 << k) - round(EXP2_A * (1 << k)), 15) for k in range(16)])
-        ca, cb = _wire(m, a_rom[frac], "exp_a"), _wire(m, b_rom[frac], "exp_b")
+        ca, cb = wire(m, a_rom[frac], "exp_a"), wire(m, b_rom[frac], "exp_b")
         res = []
         for k, x in enumerate(a.elems):
             # named intermediates: each is evaluated once (keeps the Python simulator's code small)
-            t = _wire(m, (x * LOG2E_Q14) >> 14, f"exp_t{k}")
-            n = _wire(m, t >> frac, f"exp_n{k}")
-            f = _wire(m, (t.as_unsigned() & mask)[:15], f"exp_f{k}")
-            bf = _wire(m, ((cb * f) >> frac)[:15], f"exp_bf{k}")
-            p = _wire(m, (one + ((f * (ca + bf)) >> frac))[:17], f"exp_p{k}")
+            t = wire(m, (x * LOG2E_Q14) >> 14, f"exp_t{k}")
+            n = wire(m, t >> frac, f"exp_n{k}")
+            f = wire(m, (t.as_unsigned() & mask)[:15], f"exp_f{k}")
+            bf = wire(m, ((cb * f) >> frac)[:15], f"exp_bf{k}")
+            p = wire(m, (one + ((f * (ca + bf)) >> frac))[:17], f"exp_p{k}")
             rsh = Mux(n < -16, 16, -n)[:5]
             lsh = Mux(n > 15, 15, n)[:4]
-            y = _wire(m, Mux(n <= 0, p >> rsh, p << lsh), f"exp_y{k}")
+            y = wire(m, Mux(n <= 0, p >> rsh, p << lsh), f"exp_y{k}")
             res.append(saturate(y, out.dtype))
         return res
 
