@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Format", "BF16", "FP32", "FORMATS", "fmt_of", "read", "round_to", "add", "sub", "mul", "div",
-           "fmax", "relu", "exp_bf16", "silu_bf16", "fp32_sum", "matmul", "reduce_sum", "reduce_max",
+           "fmax", "relu", "exp_bf16", "silu_bf16", "fp32_sum", "matmul", "matmul_groups", "add_groups",
+           "reduce_sum", "reduce_max",
            "to_bits", "from_bits", "EXP_TABLE", "LOG2E_Q23", "GROUP"]
 
 
@@ -64,6 +65,11 @@ class Format:
     def nan(self) -> int:
         """The canonical NaN's bit pattern."""
         return (0xFF << self.man | 1 << (self.man - 1))
+
+    @property
+    def neg_inf(self) -> int:
+        """-Inf's bit pattern."""
+        return 1 << (self.bits - 1) | 0xFF << self.man
 
     @property
     def max_finite(self) -> float:
@@ -283,6 +289,28 @@ def matmul(a, b, fmt: Format = BF16) -> np.ndarray:
         prods = mul(ar[:, None, :], bt[None, :, :], FP32)    # [rows, n, k']
         out[r:r + rows] = _running_sum(np.zeros(prods.shape[:-1], np.float32), _group_sums(prods))
     return round_to(out.astype(np.float64), fmt)
+
+
+def matmul_groups(a, b) -> np.ndarray:
+    """The group sums of ``a @ b`` (``[m, k]`` and ``[k, n]``): ``[m, n · G]`` fp32 with ``G = ceil(k / 4)``,
+    element ``(i, j·G + g)`` the sum ``(t0 + t1) + (t2 + t3)`` of group ``g`` of the fp32 products ``a[i, :]
+    · b[:, j]`` (the last group padded with zeros). A unit that multiplies ``k`` terms at a time hands these
+    to the running sum (:func:`add_groups`), so a matmul split over physical tiles of ``k`` a multiple of 4
+    is :func:`matmul` exactly."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    m, n = a.shape[0], b.shape[1]
+    prods = mul(_padded(a)[:, None, :], _padded(b.T)[None, :, :], FP32)        # [m, n, k']
+    return _group_sums(prods.reshape(m, n, -1, GROUP).reshape(m, n, -1)).reshape(m, -1)
+
+
+def add_groups(acc, groups, fmt: Format = FP32) -> np.ndarray:
+    """``acc`` (``[r, c]``) plus the group sums ``groups`` (``[r, c · G]``, the ``G`` of element ``(i, j)`` at
+    ``j·G .. j·G + G - 1``) in order, each addition rounded to ``fmt``."""
+    acc = np.asarray(acc, np.float32)
+    g = np.asarray(groups, np.float32).reshape(acc.shape + (-1,))
+    for j in range(g.shape[-1]):
+        acc = add(acc, g[..., j], fmt)
+    return acc
 
 
 def reduce_sum(a, axis: int, fmt: Format = BF16) -> np.ndarray:

@@ -350,20 +350,36 @@ class Div(_Elementwise):
 class MatMul(FnSpec):
     """``a @ b``: ``[m, k] x [k, n] -> [m, n]``; ``transpose_b=True`` takes ``b`` as ``[n, k]``,
     ``transpose_a=True`` takes ``a`` as ``[k, m]`` (``a.T @ b``; e.g. two ``[1, P]`` rows give their
-    ``[P, P]`` outer product). Both may be set. Integer tiles give int32, wrapped."""
+    ``[P, P]`` outer product). Both may be set. Integer tiles give int32, wrapped.
+
+    Float tiles are summed in fp32 in the fixed order (:mod:`step_hdl.floats`) and rounded once to the
+    result's format: the operands' (bf16 with fp32: fp32), or ``dtype`` (``"fp32"`` keeps the sum unrounded
+    for an accumulation after it). ``groups=True`` gives the group sums instead, ``[m, n · ceil(k / 4)]``
+    fp32 (:func:`step_hdl.floats.matmul_groups`), which an Accum ``add_groups`` adds to its running sum: how
+    the lowering splits a float matmul over physical tiles without changing its result."""
 
     name = "matmul"
     arity = 2
-    optional = ("transpose_a", "transpose_b")
+    optional = ("transpose_a", "transpose_b", "dtype", "groups")
 
     def check_params(self, params):
         params.setdefault("transpose_b", False)
-        for k in ("transpose_a", "transpose_b"):
+        for k in ("transpose_a", "transpose_b", "groups"):
             if k in params and not isinstance(params[k], bool):
                 raise StepTypeError(f"matmul: {k} must be true or false, got {params[k]!r}")
         # transpose_a=False is the default and is not stored: fn('matmul') keeps its name and JSON
         if params.get("transpose_a") is False:
             del params["transpose_a"]
+        if params.get("groups") is False:
+            del params["groups"]
+        if "dtype" in params:
+            dt = dtype(params["dtype"])
+            if dt.is_int:
+                raise StepTypeError(f"matmul: dtype sets a float result's format, got {dt} (integer "
+                                    f"products are int32)")
+            params["dtype"] = dt.name
+        if params.get("groups") and "dtype" in params:
+            raise StepTypeError("matmul: groups=true gives fp32 group sums; it takes no dtype")
         return params
 
     def _dims(self, f, a, b):
@@ -376,8 +392,16 @@ class MatMul(FnSpec):
         return a, b, am, ak, bn
 
     def out_type(self, f, a, b):
-        a, b, m, _, n = self._dims(f, a, b)
-        return Tile(_binary_dtype(f, a, b), m, n)
+        a, b, m, k, n = self._dims(f, a, b)
+        dt = _binary_dtype(f, a, b)
+        if (f.param("groups") or f.param("dtype")) and dt.is_int:
+            raise StepTypeError(f"function {f}: groups and dtype are for float tiles, got {a.dtype}")
+        if f.param("groups"):
+            k = as_dim(k)
+            if not k.is_Integer:
+                raise StepTypeError(f"function {f}: group sums need a static inner dimension, got {dim_str(k)}")
+            return Tile(dtype("fp32"), m, n * -(-int(k) // floats.GROUP))
+        return Tile(dtype(f.param("dtype")) if f.param("dtype") else dt, m, n)
 
     @staticmethod
     def _operands(f, a, b):
@@ -391,6 +415,8 @@ class MatMul(FnSpec):
         return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
 
     def apply_float(self, f, fmt, a, b):
+        if f.param("groups"):
+            return floats.matmul_groups(*self._operands(f, a, b))
         return floats.matmul(*self._operands(f, a, b), fmt)
 
     def flops(self, f, a, b):
@@ -517,6 +543,36 @@ class Requantize(_Unary):
 
     def apply(self, f, a):
         return saturate(a.astype(np.int64) >> f.param("shift"), dtype(f.param("dtype")))
+
+
+@_register
+class Convert(_Unary):
+    """A float tile in another float format ``dtype``: exact from bf16 to fp32, rounded to nearest even
+    from fp32 to bf16 (:func:`step_hdl.floats.round_to`). Integer tiles use ``requantize``."""
+
+    name = "convert"
+    required = ("dtype",)
+    cost = 0
+
+    def check_params(self, params):
+        dt = dtype(params["dtype"])
+        if dt.is_int:
+            raise StepTypeError(f"convert: dtype must be a float type (bf16, fp32), got {dt}; integers use "
+                                f"requantize")
+        params["dtype"] = dt.name
+        return params
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if a.dtype.is_int:
+            raise StepTypeError(f"function {f} takes float tiles, got {a.dtype} (integers use requantize)")
+        return Tile(dtype(f.param("dtype")), a.rows, a.cols)
+
+    def apply(self, f, a):
+        return self.apply_float(f, floats.fmt_of(f.param("dtype")), a)
+
+    def apply_float(self, f, fmt, a):
+        return floats.round_to(floats.read(a), fmt)
 
 
 class _AxisReduce(_Unary):
@@ -672,6 +728,31 @@ class RetileRow(FnSpec):
 
     def apply(self, f, state, elem):
         return np.concatenate([state, elem], axis=0)
+
+
+@_register
+class AddGroups(FnSpec):
+    """Accum update: the float state ``[r, c]`` plus the group sums ``[r, c · G]`` of a matmul with
+    ``groups=True``, added one after another (each rounded to the state's format): the running sum of
+    the fixed-order float sum (:func:`step_hdl.floats.add_groups`)."""
+
+    name = "add_groups"
+    arity = 2
+
+    def out_type(self, f, state, elem):
+        s, e = _tile(state, f, "state"), _tile(elem, f)
+        if s.dtype.is_int or e.dtype.is_int:
+            raise StepTypeError(f"function {f} adds float group sums, got {e} into {s}")
+        g = sympy.simplify(as_dim(e.cols) / as_dim(s.cols)) if not dims_equal(s.cols, 0) else None
+        if dims_equal(s.rows, e.rows) is False or g is None or not (g.is_Integer and g >= 1):
+            raise StepTypeError(f"function {f}: {e} is not [rows, G · cols] group sums of the state {s}")
+        return s
+
+    def apply(self, f, state, elem):
+        return self.apply_float(f, floats.FP32, state, elem)
+
+    def apply_float(self, f, fmt, state, elem):
+        return floats.add_groups(state, elem, fmt)
 
 
 @_register

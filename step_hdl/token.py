@@ -66,10 +66,16 @@ def stop(k: int) -> Token:
 
 
 def payload_equal(a, b) -> bool:
-    """Exact equality of two payloads (tiles compared element-wise, shape and dtype too)."""
+    """Exact equality of two payloads (tiles compared element-wise, shape and dtype too; float tiles bit for
+    bit, so a NaN equals the same NaN and -0 differs from +0)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and a.dtype == b.dtype and bool(np.array_equal(a, b)))
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and a.dtype == b.dtype):
+            return False
+        if a.dtype.kind == "f":
+            view = np.dtype(f"u{a.dtype.itemsize}")
+            return bool(np.array_equal(a.view(view), b.view(view)))
+        return bool(np.array_equal(a, b))
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(payload_equal(x, y) for x, y in zip(a, b))
     return a == b

@@ -268,3 +268,46 @@ def test_relu_is_max_with_zero_in_the_operand_type(dt):
     if dt == "bf16":        # a bf16 result is rounded to bf16 like every bf16 result (apply_typed)
         want = round_bf16(want)
     assert y.dtype == make_dtype(dt).numpy and np.array_equal(y, want)
+
+
+def test_float_matmul_split_into_group_sums_is_the_whole_matmul():
+    """A float matmul cut into k-pieces of 4, 8 or 16 (physical tiles): each piece's group sums (``matmul``
+    with ``groups``) added to the running sum (Accum ``add_groups``) from +0, then rounded once (``convert``)
+    is the logical matmul bit for bit."""
+    from step_hdl import floats
+    from step_hdl.functions import apply_typed
+    rng = np.random.default_rng(4)
+    a = floats.round_to(rng.standard_normal((4, 32)) * 10, floats.BF16)
+    b = floats.round_to(rng.standard_normal((32, 8)), floats.BF16)
+    whole = apply_typed(fn("matmul"), Tile("bf16", 4, 8), a, b)
+    for k in (4, 8, 16):
+        g = fn("matmul", groups=True)
+        acc = np.zeros((4, 8), np.float32)
+        for t in range(0, 32, k):
+            part = apply_typed(g, g.spec.out_type(g, Tile("bf16", 4, k), Tile("bf16", k, 8)), a[:, t:t + k], b[t:t + k])
+            assert part.shape == (4, 8 * k // 4)
+            acc = apply_typed(fn("add_groups"), Tile("fp32", 4, 8), acc, part)
+        got = apply_typed(fn("convert", dtype="bf16"), Tile("bf16", 4, 8), acc)
+        assert np.array_equal(got.view(np.uint32), whole.view(np.uint32)), k
+    kept = apply_typed(fn("matmul", dtype="fp32"), Tile("fp32", 4, 8), a, b)
+    assert np.array_equal(kept.view(np.uint32), floats.matmul(a, b, floats.FP32).view(np.uint32))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: fn("matmul", groups=True, dtype="fp32"), "matmul: groups=true gives fp32 group sums; it takes no dtype"),
+    (lambda: fn("matmul", dtype="int32"), "matmul: dtype sets a float result's format, got int32"),
+    (lambda: fn("matmul", groups=1), "matmul: groups must be true or false, got 1"),
+    (lambda: fn("convert", dtype="int8"), "convert: dtype must be a float type (bf16, fp32), got int8"),
+    (lambda: fn("convert", dtype="fp32").spec.out_type(fn("convert", dtype="fp32"), Tile("int16", 4, 4)),
+     "takes float tiles, got int16 (integers use requantize)"),
+    (lambda: fn("matmul", groups=True).spec.out_type(fn("matmul", groups=True), Tile("int16", 4, 4),
+                                                     Tile("int16", 4, 4)), "groups and dtype are for float tiles"),
+    (lambda: fn("add_groups").spec.out_type(fn("add_groups"), Tile("fp32", 4, 4), Tile("fp32", 4, 6)),
+     "is not [rows, G · cols] group sums of the state"),
+    (lambda: fn("add_groups").spec.out_type(fn("add_groups"), Tile("int32", 4, 4), Tile("int32", 4, 8)),
+     "adds float group sums"),
+])
+def test_float_function_errors(make, message):
+    with pytest.raises(StepTypeError) as exc:
+        make()
+    assert message in str(exc.value)

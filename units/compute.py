@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import memory
 
+from step_hdl import floats
 from step_hdl.errors import StepTypeError
 from step_hdl.functions import fn as make_fn
 from step_hdl.types import StreamType, Tile, as_dim, dims_equal, dtype as make_dtype
@@ -50,12 +51,14 @@ from .params import ParamError, StreamParams
 __all__ = ["MapParams", "Map", "AccumParams", "Accum", "Scan", "FlatMapParams", "FlatMap"]
 
 INT_TYPES = ("int8", "int16", "int32")
+#: float formats the compute units take (each function says which it builds: ``HwFn.float_formats``)
+FLOAT_TYPES = ("bf16", "fp32")
 
 
-def _int_dtype(owner: str, name: str, value) -> None:
-    if value not in INT_TYPES:
+def _unit_dtype(owner: str, name: str, value) -> None:
+    if value not in INT_TYPES + FLOAT_TYPES:
         raise ParamError(f"{owner}: unsupported element type {value!r} for {name}; "
-                         f"the compute units take {list(INT_TYPES)}")
+                         f"the compute units take {list(INT_TYPES + FLOAT_TYPES)}")
 
 
 def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
@@ -107,14 +110,15 @@ class MapParams(StreamParams):
     out_dtype: str | None = None
     matmul_rows: int | None = None
     matmul_transpose_a: bool | None = None
+    matmul_groups: bool = False
 
     def hw(self, name: str):
         """The hardware function ``name`` as this build makes it."""
-        return hw_fn(self.owner, name, self.matmul_transpose_a)
+        return hw_fn(self.owner, name, self.matmul_transpose_a, self.matmul_groups)
 
     def validate(self):
         super().validate()
-        _int_dtype(self.owner, "dtype", self.dtype)
+        _unit_dtype(self.owner, "dtype", self.dtype)
         if self.matmul_rows is not None:
             if isinstance(self.matmul_rows, bool) or not isinstance(self.matmul_rows, int) or self.matmul_rows < 1:
                 raise ParamError(f"{self.owner}: matmul_rows must be an integer >= 1, got {self.matmul_rows!r}")
@@ -127,9 +131,13 @@ class MapParams(StreamParams):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ParamError(f"{self.owner}: {k} must be an integer >= 1, got {v!r}")
         if self.in1_dtype is not None:
-            _int_dtype(self.owner, "in1_dtype", self.in1_dtype)
+            _unit_dtype(self.owner, "in1_dtype", self.in1_dtype)
         if self.out_dtype is not None:
-            _int_dtype(self.owner, "out_dtype", self.out_dtype)
+            _unit_dtype(self.owner, "out_dtype", self.out_dtype)
+        if not isinstance(self.matmul_groups, bool):
+            raise ParamError(f"{self.owner}: matmul_groups must be true or false, got {self.matmul_groups!r}")
+        if self.matmul_groups and "matmul" not in self.fns:
+            raise ParamError(f"{self.owner}: matmul_groups is set but matmul is not in fns {self.fns!r}")
         if not isinstance(self.fns, tuple) or not self.fns:
             raise ParamError(f"{self.owner}: fns must be a non-empty tuple of function names, got {self.fns!r}")
         if len(set(self.fns)) != len(self.fns):
@@ -143,6 +151,7 @@ class MapParams(StreamParams):
         outs = {}
         for name in self.fns:
             f = self.hw(name)
+            f.check_floats(self.owner, self.in0_tile, self.in1_tile if f.arity == 2 else None)
             try:
                 outs[name] = f.out_tile(self.in0_tile, self.in1_tile if f.arity == 2 else None, self.out_dt)
             except StepTypeError as exc:
@@ -153,6 +162,8 @@ class MapParams(StreamParams):
         if self.matmul_rows is not None and int(outs["matmul"].rows) != self.rows:
             raise ParamError(f"{self.owner}: matmul_rows folds the first operand's rows, but this matmul's "
                              f"output has {outs['matmul'].rows} rows (a transpose_a build cannot be folded)")
+        if self.matmul_rows is not None and not self.in0_tile.dtype.is_int:
+            raise ParamError(f"{self.owner}: matmul_rows folds integer matmuls only, got {self.dtype} tiles")
 
     @property
     def in0_tile(self) -> Tile:
@@ -290,7 +301,8 @@ class Map(StepUnit):
         out_tile = p.out_tile
         a = TileVal.of(p.in0_tile, i0.payload.payload)
         b = TileVal.of(p.in1_tile, i1.payload.payload) if i1 is not None else None
-        res = Signal(o.payload.payload.shape(), name="result")
+        res = Signal(TileFormat(out_tile.dtype, int(out_tile.rows), int(out_tile.cols)).token_layout(),
+                     name="result")
         use1 = Signal()
         passes = p.matmul_passes
         phase = Signal(range(passes), name="matmul_phase") if passes > 1 else None
@@ -369,13 +381,13 @@ class AccumParams(StreamParams):
 
     def validate(self):
         super().validate()
-        _int_dtype(self.owner, "dtype", self.dtype)
+        _unit_dtype(self.owner, "dtype", self.dtype)
         for k in ("state_rows", "state_cols"):
             v = getattr(self, k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ParamError(f"{self.owner}: {k} must be an integer >= 1, got {v!r}")
         if self.state_dtype is not None:
-            _int_dtype(self.owner, "state_dtype", self.state_dtype)
+            _unit_dtype(self.owner, "state_dtype", self.state_dtype)
         if not isinstance(self.updates, tuple) or not self.updates:
             raise ParamError(f"{self.owner}: updates must be a non-empty tuple, got {self.updates!r}")
         for u in self.updates:
@@ -398,6 +410,8 @@ class AccumParams(StreamParams):
                 raise ParamError(f"{self.owner}: retile_row needs state_rows ({st.rows}) to be a multiple "
                                  f"of the element rows ({self.rows})")
         else:
+            if not el.dtype.is_int and st.dtype.is_int:
+                raise ParamError(f"{self.owner}: float elements {el} need a float state, got {st}")
             for u in self.updates:
                 f = make_fn(u)
                 try:
@@ -416,7 +430,7 @@ class AccumParams(StreamParams):
 
     @property
     def state_tile(self) -> Tile:
-        dt = self.state_dtype or (self.dtype if self.retile else "int32")
+        dt = self.state_dtype or (self.dtype if self.retile or not make_dtype(self.dtype).is_int else "int32")
         return Tile(dt, self.state_rows or self.rows, self.state_cols or self.cols)
 
 
@@ -514,7 +528,8 @@ class _Reduce(StepUnit):
         else:
             state = lay(stored)
         n_el = int(st_tile.rows) * int(st_tile.cols)
-        low = st_tile.dtype.min
+        # the lowest value: the type's minimum, or -Inf's bit pattern for a float state
+        low = st_tile.dtype.min if st_tile.dtype.is_int else floats.fmt_of(st_tile.dtype).neg_inf
         init_tile = Signal(lay, name="init_tile")           # (a full tile: its short is 0)
         m.d.comb += [tile_elems(init_tile)[k].eq(Mux(regs["lowest"], low, 0)) for k in range(n_el)]
         cur = Signal(lay, name="current")
@@ -540,7 +555,7 @@ class _Reduce(StepUnit):
             with m.Switch(regs["update"]):
                 for k, u in enumerate(p.updates):
                     with m.Case(k):
-                        m.d.comb += [tile_elems(nxt)[j].eq(v) for j, v in enumerate(update_elems(u, s, x))]
+                        m.d.comb += [tile_elems(nxt)[j].eq(v) for j, v in enumerate(update_elems(m, u, s, x))]
             if has_short(nxt):          # a chunk's elements share their valid rows; the state takes them
                 m.d.comb += nxt.short.eq(token_short(self.i.payload.payload))
         return state, fresh, cur, nxt, cnt
@@ -552,7 +567,7 @@ class Accum(_Reduce):
     Updates (register ``update``): ``add``/``max`` in int32 (wrapping add), or
     ``retile_row``, which writes the ``[r, C]`` element at row ``r·count`` of a
     ``[R, C]`` state (rows never written stay zero; writes beyond ``R`` are
-    dropped). Init (register ``lowest``): zeros or the lowest int32.
+    dropped). Init (register ``lowest``): zeros or the lowest value (the lowest int32; -Inf for a float state).
     A data token updates the state; ``S_k`` with ``k < b`` is dropped; at
     ``S_k`` with ``k >= b`` the state is emitted, then ``S_(k-b)`` if ``k > b``
     (a data token or a dropped stop is taken while that second output leaves;
@@ -847,7 +862,7 @@ class FlatMapParams(StreamParams):
 
     def validate(self):
         super().validate()
-        _int_dtype(self.owner, "dtype", self.dtype)
+        _unit_dtype(self.owner, "dtype", self.dtype)
         if self.fn not in FLATMAP_FNS:
             raise ParamError(f"{self.owner}: unsupported function {self.fn!r}; supported: {list(FLATMAP_FNS)}")
         if self.max_rank < 1:

@@ -56,9 +56,11 @@ from __future__ import annotations
 from amaranth.hdl import Array, Const, Mux, Value, signed
 
 from step_hdl.errors import StepTypeError
+from step_hdl.floats import FP32, GROUP, fmt_of
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
+from . import floats as hf
 from .floats import wire
 from .layout import tile_elems
 from .config import Reg
@@ -125,6 +127,15 @@ class HwFn:
     name = ""
     arity = 1
     regs: tuple = ()
+    #: the float formats its operands may have in hardware (bit for bit ``step_hdl.floats``); none: integers only
+    float_formats: tuple = ()
+
+    def check_floats(self, owner: str, *tiles) -> None:
+        """A ParamError unless every float operand tile is of a format this function builds."""
+        for t in tiles:
+            if t is not None and not t.dtype.is_int and t.dtype.name not in self.float_formats:
+                have = f"builds {', '.join(self.float_formats)} floats" if self.float_formats else "takes integers"
+                raise ParamError(f"{owner}: function {self.name!r} on {t.dtype} tiles has no hardware (it {have})")
 
     def out_tile(self, a: Tile, b: Tile | None, out_dtype: DType | None) -> Tile:
         """The result tile type for operand tiles ``a`` (and ``b``); raises StepTypeError like the library."""
@@ -146,18 +157,30 @@ class HwFn:
         raise NotImplementedError
 
 
+def fmt(t) -> "Format":
+    """The float format of a tile (or TileVal) of bf16 or fp32 elements."""
+    return fmt_of(getattr(t, "tile", t).dtype)
+
+
 class _Elementwise(HwFn):
     arity = 2
+    float_formats = ("bf16", "fp32")
+    #: ``(m, x, y, fa, fb, fo)``: the float operation (``units.floats``)
+    float_op = None
 
     def op(self, x, y):
         raise NotImplementedError
 
     def build(self, m, a, b, out, regs):
-        return [wrap32(self.op(a.at(r, c), b.at(r, c))) for r in range(int(out.rows)) for c in range(int(out.cols))]
+        cells = [(r, c) for r in range(int(out.rows)) for c in range(int(out.cols))]
+        if not out.dtype.is_int:
+            return [type(self).float_op(m, a.at(r, c), b.at(r, c), fmt(a), fmt(b), fmt(out)) for r, c in cells]
+        return [wrap32(self.op(a.at(r, c), b.at(r, c))) for r, c in cells]
 
 
 class Add(_Elementwise):
     name = "add"
+    float_op = hf.add
 
     def op(self, x, y):
         return x + y
@@ -165,6 +188,7 @@ class Add(_Elementwise):
 
 class Sub(_Elementwise):
     name = "sub"
+    float_op = hf.sub
 
     def op(self, x, y):
         return x - y
@@ -172,6 +196,7 @@ class Sub(_Elementwise):
 
 class Mul(_Elementwise):
     name = "mul"
+    float_op = hf.mul
 
     def op(self, x, y):
         return x * y
@@ -182,15 +207,17 @@ class Mul(_Elementwise):
 
 class Max(_Elementwise):
     name = "max"
+    float_op = hf.fmax
 
     def op(self, x, y):
         return smax(x, y)
 
 
 class Div(_Elementwise):
-    """Floor division, 0 for a zero divisor (one combinational divider per element)."""
+    """Floor division, 0 for a zero divisor (one combinational divider per element); floats: ``a / b``."""
 
     name = "div"
+    float_op = hf.div
 
     def op(self, x, y):
         return Mux(y == 0, 0, x // y)
@@ -233,9 +260,11 @@ class MatMul(HwFn):
     arity = 2
     regs = (Reg("transpose", 1, 0, doc="matmul: take the second operand as [N, K]"),
             Reg("transpose_a", 1, 0, doc="matmul: take the first operand as [K, M]"))
+    float_formats = ("bf16", "fp32")
 
-    def __init__(self, transpose_a: bool | None = None):
+    def __init__(self, transpose_a: bool | None = None, groups: bool = False):
         self.transpose_a = transpose_a
+        self.groups = groups
 
     def build_modes(self, a: Tile, b: Tile) -> list:
         """The ``(transpose_a, transpose_b)`` modes this build computes on physical tiles ``a``, ``b``."""
@@ -251,12 +280,15 @@ class MatMul(HwFn):
         return modes, sorted({ta for ta, _ in modes}), sorted({tb for _, tb in modes})
 
     def type_params(self, a, b, out_dtype):
+        # a float matmul's result format (dtype) or its group sums (groups): as the node asks
+        extra = ({"groups": True} if self.groups else
+                 {"dtype": out_dtype.name} if out_dtype is not None and not out_dtype.is_int else {})
         modes = self.build_modes(a, b)
         if not modes:
             if self.transpose_a is None:
-                return {"transpose_b": False}
-            return {"transpose_a": self.transpose_a, "transpose_b": False}  # the type rule reports the misfit
-        return {"transpose_a": modes[0][0], "transpose_b": modes[0][1]}
+                return {"transpose_b": False, **extra}
+            return {"transpose_a": self.transpose_a, "transpose_b": False, **extra}  # the type rule: misfit
+        return {"transpose_a": modes[0][0], "transpose_b": modes[0][1], **extra}
 
     def reg_values(self, f, a, b):
         mode = (bool(f.param("transpose_a")), bool(f.param("transpose_b")))
@@ -305,6 +337,8 @@ class MatMul(HwFn):
             passes = m_dim // g
             rows = [[Array([a_el(p * g + r, k) for p in range(passes)])[phase] for k in range(k_dim)]
                     for r in range(g)]
+        if not out.dtype.is_int:
+            return self._float(m, rows, b_el, n_dim, k_dim, fmt(a), fmt(b), fmt(out))
         res = []
         for a_row in rows:
             for j in range(n_dim):
@@ -313,6 +347,20 @@ class MatMul(HwFn):
                     prod = a_row[k] * b_el(k, j)
                     terms.append(wrap32(prod) if len(prod) > 32 else prod)
                 res.append(wrap32(tree(terms, lambda x, y: x + y)))
+        return res
+
+    def _float(self, m, rows, b_el, n_dim, k_dim, fa, fb, fo):
+        """fp32 products of each output element, summed in the fixed order (``units.floats.fp32_sum``) and
+        rounded once to ``fo``; with ``groups`` their group sums side by side instead (``[M, N · G]``)."""
+        res = []
+        for a_row in rows:
+            for j in range(n_dim):
+                prods = [hf.mul(m, a_row[k], b_el(k, j), fa, fb, FP32) for k in range(k_dim)]
+                prods += [Const(0, 32)] * (-k_dim % GROUP)
+                if self.groups:
+                    res += [hf.group_sum(m, prods[g:g + GROUP]) for g in range(0, len(prods), GROUP)]
+                else:
+                    res.append(hf.convert(m, hf.fp32_sum(m, prods), FP32, fo))
         return res
 
 
@@ -335,19 +383,24 @@ def _frac_reg():
 
 
 class Relu(HwFn):
-    """``max(x, 0)``: a sign test and a multiplexer per element, no multiplier."""
+    """``max(x, 0)``: a sign test and a multiplexer per element, no multiplier (floats: a comparator)."""
 
     name = "relu"
+    float_formats = ("bf16", "fp32")
 
     def build(self, m, a, b, out, regs):
+        if not out.dtype.is_int:
+            return [hf.fmax(m, x, Const(0, fmt(a).bits), fmt(a), fmt(a), fmt(out)) for x in a.elems]
         return [Mux(x < 0, 0, x) for x in a.elems]
 
 
 class Silu(HwFn):
-    """``h = clamp((x >> 2) + one/2, 0, one)``, ``y = sat((x·h) >> frac)``: one multiplier per element."""
+    """``h = clamp((x >> 2) + one/2, 0, one)``, ``y = sat((x·h) >> frac)``: one multiplier per element.
+    bf16: ``x / (1 + exp(-x))`` (``units.floats.silu_bf16``)."""
 
     name = "silu"
     regs = (_frac_reg(),)
+    float_formats = ("bf16",)
 
     def reg_values(self, f, a, b):
         return {"frac": int(f.param("frac"))}
@@ -356,6 +409,8 @@ class Silu(HwFn):
         return int(a.rows) * int(a.cols)
 
     def build(self, m, a, b, out, regs):
+        if not out.dtype.is_int:
+            return [hf.silu_bf16(m, x) for x in a.elems]
         frac = regs["frac"]
         one = wire(m, (Const(1, 1) << frac)[:15], "silu_one")
         half = one >> 1
@@ -374,6 +429,7 @@ class Exp(HwFn):
 
     name = "exp"
     regs = (_frac_reg(),)
+    float_formats = ("bf16",)
 
     def reg_values(self, f, a, b):
         return {"frac": int(f.param("frac"))}
@@ -382,6 +438,8 @@ class Exp(HwFn):
         return 3 * int(a.rows) * int(a.cols)
 
     def build(self, m, a, b, out, regs):
+        if not out.dtype.is_int:
+            return [hf.exp_bf16(m, x) for x in a.elems]
         frac = regs["frac"]
         one = wire(m, (Const(1, 1) << frac)[:15], "exp_one")
         mask = (one - 1)[:15]
@@ -404,13 +462,21 @@ class Exp(HwFn):
 
 
 class _AxisReduce(HwFn):
-    """Adder (or max) trees along rows (``axis = 1``) or down columns (``axis = 0``)."""
+    """Adder (or max) trees along rows (``axis = 1``) or down columns (``axis = 0``); float sums in the fixed
+    order (``units.floats.fp32_sum``, rounded once), float maxima a comparator tree (exact)."""
 
     axis, is_sum = 1, True
+    float_formats = ("bf16", "fp32")
 
     def build(self, m, a, b, out, regs):
         lines = ([[a.elems[r * a.cols + c] for c in range(a.cols)] for r in range(a.rows)] if self.axis == 1 else
                  [[a.elems[r * a.cols + c] for r in range(a.rows)] for c in range(a.cols)])
+        if not out.dtype.is_int:
+            fa, fo = fmt(a), fmt(out)
+            if self.is_sum:
+                return [hf.convert(m, hf.fp32_sum(m, [hf.convert(m, x, fa, FP32) for x in line]), FP32, fo)
+                        for line in lines]
+            return [tree(line, lambda x, y: hf.fmax(m, x, y, fa, fa, fo)) for line in lines]
         if self.is_sum:
             return [wrap32(tree(line, lambda x, y: x + y)) for line in lines]
         return [tree(line, smax) for line in lines]
@@ -437,6 +503,19 @@ def _wrap_int(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
+class Convert(HwFn):
+    """A float tile in another format: wiring (bf16 to fp32) or a rounder per element (fp32 to bf16)."""
+
+    name = "convert"
+    float_formats = ("bf16", "fp32")
+
+    def type_params(self, a, b, out_dtype):
+        return {"dtype": (out_dtype or a.dtype).name}
+
+    def build(self, m, a, b, out, regs):
+        return [hf.convert(m, x, fmt(a), fmt(out)) for x in a.elems]
+
+
 class Affine(HwFn):
     """``x·scale + offset`` wrapped to int32 (scale and offset are taken modulo 2**32, which gives
     the same wrapped result)."""
@@ -456,16 +535,16 @@ class Affine(HwFn):
 
 
 HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, Div, MatMul, Requantize, Relu, Silu,
-                                                        Exp, RowSum, RowMax, ColSum, ColMax, Affine)}
+                                                        Exp, RowSum, RowMax, ColSum, ColMax, Convert, Affine)}
 
 
-def hw_fn(owner: str, name: str, matmul_transpose_a: bool | None = None) -> HwFn:
-    """The hardware function ``name``; a matmul with a structural ``transpose_a`` preference is its own
-    instance (see :class:`MatMul`)."""
+def hw_fn(owner: str, name: str, matmul_transpose_a: bool | None = None, matmul_groups: bool = False) -> HwFn:
+    """The hardware function ``name``; a matmul with a structural ``transpose_a`` preference or giving group
+    sums is its own instance (see :class:`MatMul`)."""
     if name not in HW_FUNCTIONS:
         raise ParamError(f"{owner}: unsupported function {name!r}; hardware functions: {sorted(HW_FUNCTIONS)}")
-    if name == "matmul" and matmul_transpose_a is not None:
-        return MatMul(matmul_transpose_a)
+    if name == "matmul" and (matmul_transpose_a is not None or matmul_groups):
+        return MatMul(matmul_transpose_a, matmul_groups)
     return HW_FUNCTIONS[name]
 
 
@@ -481,14 +560,26 @@ def as_fn(owner: str, value) -> Fn:
 
 # --------------------------------------------------------------------------- accumulator updates
 
-UPDATES = ("add", "max", "retile_row")
+UPDATES = ("add", "max", "add_groups", "retile_row")
 
 
-def update_elems(name: str, state: TileVal, x: TileVal) -> list:
-    """New state elements for an Accum/Scan ``add``/``max`` update (int32 state, broadcast element)."""
+def update_elems(m, name: str, state: TileVal, x: TileVal) -> list:
+    """New state elements for an Accum/Scan ``add``/``max`` update (int32 state, broadcast element; a float
+    state adds or compares in its format) or ``add_groups`` (a float state plus each of the element's ``G``
+    group sums in order, ``units.floats.add``)."""
     out = []
+    fs, fe = (fmt(state), fmt(x)) if not state.tile.dtype.is_int else (None, None)
+    groups = x.cols // state.cols
     for r in range(state.rows):
         for c in range(state.cols):
-            s, e = state.at(r, c), x.at(r, c)
-            out.append(wrap32(s + e) if name == "add" else smax(s, e))
+            s = state.at(r, c)
+            if name == "add_groups":
+                for g in range(groups):
+                    s = hf.add(m, s, x.elems[r * x.cols + c * groups + g], fs, fe, fs)
+                out.append(s)
+            elif fs is not None:
+                out.append((hf.add if name == "add" else hf.fmax)(m, s, x.at(r, c), fs, fe, fs))
+            else:
+                e = x.at(r, c)
+                out.append(wrap32(s + e) if name == "add" else smax(s, e))
     return out

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Module, Mux, Signal
 
-from .compute import Map, MapParams
+from step_hdl.types import Tile
+
+from .compute import Map, MapParams, _fmt
 from .config import Reg
-from .functions import TileVal, update_elems
+from .functions import TileVal, matmul_dims, update_elems
 from .layout import has_short, tile_elems
 from .params import ParamError, positive
 
@@ -30,8 +32,8 @@ __all__ = ["MatMulParams", "MatMul"]
 @dataclass(frozen=True)
 class MatMulParams(MapParams):
     """Structural parameters of a :class:`MatMul` unit: those of a Map built for ``matmul`` alone (operand
-    tiles, ``matmul_rows`` folding, ``matmul_transpose_a``) and ``k_bits``, the width of the products-per-output
-    register."""
+    tiles, ``matmul_rows`` folding, ``matmul_transpose_a``; float operands with ``matmul_groups``) and
+    ``k_bits``, the width of the products-per-output register."""
 
     fns: tuple = ("matmul",)
     k_bits: int = 16
@@ -41,6 +43,20 @@ class MatMulParams(MapParams):
             raise ParamError(f"{self.owner}: fns must be ('matmul',), got {self.fns!r}")
         positive(self.owner, "k_bits", self.k_bits)
         super().validate()
+        if not self.in0_tile.dtype.is_int and not self.matmul_groups:
+            raise ParamError(f"{self.owner}: a float MatMul sums its products' group sums (matmul_groups), "
+                             f"got {self.dtype} operands without")
+
+    @property
+    def sum_tile(self) -> Tile:
+        """The running sum and output tile: the products' tile (int32), or for float operands the fp32 sum of
+        the ``G`` group sums per element that each pair gives (``[M, N]`` of ``[M, N · G]``)."""
+        out = self.out_tile
+        if not self.matmul_groups:
+            return out
+        mode = self.hw("matmul").build_modes(self.in0_tile, self.in1_tile)[0]
+        rows, _, cols = matmul_dims(self.in0_tile, self.in1_tile, *mode)
+        return Tile(out.dtype, rows, cols)
 
 
 class MatMul(Map):
@@ -69,6 +85,11 @@ class MatMul(Map):
     kind = "MatMul"
     params_cls = MatMulParams
 
+    def formats(self):
+        out = super().formats()
+        out["o"] = (True, _fmt(self.params.sum_tile, self.params.max_rank))
+        return out
+
     def registers(self):
         return super().registers() + [Reg("k", self.params.k_bits, 1, doc="products summed per output tile")]
 
@@ -88,7 +109,7 @@ class MatMul(Map):
         regs = self.regs.signals
         i0, i1, o = self.i0, self.i1, self.o
         res, _, phase = self._result(m)
-        out = p.out_tile
+        out = p.sum_tile
 
         count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
         state = Signal(o.payload.payload.shape(), name="sum")
@@ -96,8 +117,9 @@ class MatMul(Map):
         prev = TileVal.of(out, state)
         zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
         total = Signal(o.payload.payload.shape(), name="total")
+        update = "add_groups" if p.matmul_groups else "add"
         m.d.comb += [tile_elems(total)[j].eq(v)
-                     for j, v in enumerate(update_elems("add", zero_or_prev, TileVal.of(out, res)))]
+                     for j, v in enumerate(update_elems(m, update, zero_or_prev, TileVal.of(p.out_tile, res)))]
         if has_short(total):
             m.d.comb += total.short.eq(res.short)
 

@@ -622,7 +622,7 @@ def test_flatmap_range_static(sim_backend, shape_key, count):
 
 @pytest.mark.parametrize("make, message", [
     (lambda: MapParams(rows=0, cols=2), "MapParams: rows must be an integer >= 1, got 0"),
-    (lambda: MapParams(dtype="bf16"), "unsupported element type 'bf16'"),
+    (lambda: MapParams(dtype="int4"), "unsupported element type 'int4'"),
     (lambda: MapParams(fns=("sel_index",)), "MapParams: unsupported function 'sel_index'"),
     (lambda: MapParams(fns=()), "fns must be a non-empty tuple"),
     (lambda: MapParams(fns=("add", "silu")), "the functions produce different output tiles"),
