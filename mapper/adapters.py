@@ -182,11 +182,13 @@ class MapAdapter(Adapter):
         if "in1" in node.inputs:
             b = _tile(node.t("in1"), f"{where} port 'in1'")
             kw.update(in1_rows=int(b.rows), in1_cols=int(b.cols), in1_dtype=b.dtype.name)
-        if f.name == "requantize":
+        if f.name in ("requantize", "convert") or (f.name == "matmul" and f.param("dtype")):
             kw["out_dtype"] = out.dtype.name
         if f.name == "matmul":
             kw["matmul_transpose_a"] = bool(f.param("transpose_a"))   # the outer product of two rows is structural
-            if fab.matmul_rows and not f.param("transpose_a"):
+            if f.param("groups"):
+                kw["matmul_groups"] = True                            # a float matmul's group sums
+            elif fab.matmul_rows and not f.param("transpose_a"):
                 kw["matmul_rows"] = fab.matmul_rows
         return compute.MapParams(int(a.rows), int(a.cols), a.dtype.name, fab.max_rank, fns=(f.name,), **kw)
 

@@ -33,10 +33,11 @@ def needed_units_from(instances) -> dict:
 def bind(graph, fabric: Fabric) -> Binding:
     """Bind ``graph``'s nodes to ``fabric``'s units, or raise a :class:`FabricError` listing what is missing."""
     problems = []
+    unit_of = {n: head for head, (_, nodes) in units(graph).items() for n in nodes}
     for node in graph.nodes.values():
         for port, ref in node.inputs.items():
-            if ref is None:
-                continue
+            if ref is None or unit_of.get(ref.node.name, ref.node.name) == unit_of.get(node.name):
+                continue        # a stream inside one unit (a float MatMul's group sums) is never a token
             t = ref.type.dtype
             rows = getattr(t, "rows", None)
             # physical tiles: P x P, or the partial ones of row-tiled streams ([1, P] rows, [1, 1] scalars),

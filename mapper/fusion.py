@@ -8,7 +8,8 @@ Most nodes are a unit each. Three chains are one unit:
   ``hi`` below its dimensions: the buffer sends no close of the merged levels (``OnChipBuffer`` register
   ``merge``), so a matmul operand's re-read costs no cycle per ``k``-run;
 * ``Map(matmul) -> Reshape(0, k) -> Accum(add, zeros, rank 1)``: a MatMul unit, which counts each output
-  tile's ``k`` products itself (``units.matmul``).
+  tile's ``k`` products itself (``units.matmul``); for float operands ``Map(matmul, groups) -> Reshape ->
+  Accum(add_groups)``, its fp32 running sum of group sums.
 
 The lowering (:mod:`step_hdl.mapper.tiling`) writes every matmul as those chains; a user's graph with the same
 chains gets the same units.
@@ -60,7 +61,8 @@ def matmul_chain(graph: Graph, node, users=None):
             or runs.params.get("partial"):
         return None
     acc = _only_consumer(graph, runs, users)
-    if acc is None or acc.kind != "Accum" or acc.p("update").name != "add" or acc.p("init").name != "zeros" \
+    update = "add_groups" if node.p("fn").param("groups") else "add"     # a float matmul's group sums
+    if acc is None or acc.kind != "Accum" or acc.p("update").name != update or acc.p("init").name != "zeros" \
             or acc.p("rank") != 1 or acc.params.get("keep"):
         return None
     return runs, acc

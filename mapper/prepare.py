@@ -71,7 +71,7 @@ def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
     return unpack_tensor(tiles, rows, cols, fmt)
 
 
-HARDWARE_DTYPES = ("int8", "int16", "int32")
+HARDWARE_DTYPES = ("int8", "int16", "int32", "bf16", "fp32")
 
 
 def _tiles_in(t):
@@ -86,7 +86,8 @@ def _tiles_in(t):
 
 def check_element_types(graph) -> None:
     """Raise :class:`FabricError` naming the first node and port whose stream carries tiles of a type the
-    hardware units cannot compute on (today: anything but int8, int16 and int32)."""
+    hardware units cannot compute on (anything but int8, int16, int32, bf16 and fp32; each function also says
+    which float formats it builds, checked when the unit is made)."""
     for node in graph.topological_order():
         ports = [(f"input '{p}'", node.inputs[p].type) for p in node.input_ports() if node.inputs.get(p) is not None]
         ports += [(f"output '{p}'", t) for p, t in node.out_types.items()]
@@ -103,9 +104,6 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     from step_hdl.interp import run as interp_run
     from .lower import lower
     dt = dtype or workload.dtype.name
-    if not workload.dtype.is_int:
-        raise FabricError(f"the hardware units compute on integer element types (int8, int16, int32); this "
-                          f"workload uses {workload.dtype.name} (on the command line: --dtype int16)")
     check_element_types(workload.graph)
     lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt,
                bindings=workload.subs)

@@ -98,7 +98,7 @@ from step_hdl.functions import fn
 from step_hdl.graph import Graph
 from step_hdl.types import Tile, as_dim, dims_equal
 
-ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize", "affine"}
+ELEMENTWISE = {"add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize", "convert", "affine"}
 #: column reductions -> (Accum update, initial state)
 COLUMN_REDUCE = {"col_max": ("max", "lowest"), "col_sum": ("add", "zeros")}
 #: row reductions -> (Accum update combining the physical tiles of a block row, initial state)
@@ -360,7 +360,8 @@ class _Lowering:
         """One token per logical tile of a lowered stream (an Accum over its two block dims), or per
         element of its inner ``rank`` dims."""
         t = stream.type.dtype
-        return self.g.accum(stream, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype="int32"),
+        acc = "int32" if t.dtype.is_int else "fp32"     # (the values do not matter, only the tokens)
+        return self.g.accum(stream, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=acc),
                             rank=rank, name=name)
 
     # ---------------------------------------------------------------- off-chip
@@ -611,11 +612,27 @@ class _Lowering:
         token separates the runs: the array multiplies on every cycle, not ``kb`` in ``kb + 1``."""
         a_fl = self.g.flatten(a_rd, 0, 1, name=f"{pre}_flat_a")
         b_fl = self.g.flatten(b_rd, 0, 1, name=f"{pre}_flat_b")
+        if not a_fl.type.dtype.dtype.is_int:
+            return self._float_k_runs(a_fl, b_fl, f, kb, pre)
         prod = self.g.map([a_fl, b_fl], f, name=f"{pre}_tiles")
         t = prod.type.dtype
         runs = self.g.reshape(prod, 0, kb, name=f"{pre}_runs")
         return self.g.accum(runs, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
                             rank=1, name=pre)
+
+    def _float_k_runs(self, a_fl, b_fl, f, kb, pre):
+        """The float twin of :meth:`_k_runs`: each pair gives its products' group sums (``matmul`` with
+        ``groups``), an Accum adds them to an fp32 running sum (``add_groups``) and the sum is rounded once to
+        the logical matmul's format, so the result is the logical matmul's fixed-order sum bit for bit
+        whatever ``P`` (:mod:`step_hdl.floats`); the mapper runs the first three as one MatMul unit."""
+        params = {k: v for k, v in f.params if k != "dtype"}
+        prod = self.g.map([a_fl, b_fl], fn("matmul", groups=True, **params), name=f"{pre}_tiles")
+        out = f.spec.out_type(f, a_fl.type.dtype, b_fl.type.dtype)       # [M, N] in the result's format
+        runs = self.g.reshape(prod, 0, kb, name=f"{pre}_runs")
+        keep = out.dtype.name == "fp32"
+        acc = self.g.accum(runs, "add_groups", fn("zeros", rows=int(out.rows), cols=int(out.cols), dtype="fp32"),
+                           rank=1, name=pre if keep else f"{pre}_sum")
+        return acc if keep else self.g.map(acc, fn("convert", dtype=out.dtype.name), name=pre)
 
     def _row_broadcast(self, node, ins, phys):
         """``[N, C] . [1, C]`` with ``N`` rows of row tiles: the rows are buffered whole until the ``[1, C]``
@@ -644,8 +661,10 @@ class _Lowering:
         row ``[1, cb]`` of ``[1, pc]`` tiles."""
         where = f"Map '{node.name}'"
         t = node.t("in0").dtype
-        pr, pc, _, cb = self.phys(t, where)
+        pr, pc, rb, cb = self.phys(t, where)
         upd, init = COLUMN_REDUCE[f.name]
+        if f.name == "col_sum" and not t.dtype.is_int and (pr == 1 or rb != 1):
+            self._float_sum_refused(where, t, "rows")
         acc_dt = _accum_dtype(t)
         keep = self._keeps_accum_type(node, acc_dt)
         if pr == 1 and cb == 1:
@@ -663,6 +682,8 @@ class _Lowering:
         where = f"Map '{node.name}'"
         t = node.t("in0").dtype
         pr, _, _, cb = self.phys(t, where)
+        if f.name == "row_sum" and not t.dtype.is_int and cb != 1:
+            self._float_sum_refused(where, t, "columns")
         pieces = self.g.map(tiles_in, f, name=node.name if cb == 1 else f"{node.name}_tiles")
         if cb == 1:
             return pieces
@@ -672,6 +693,14 @@ class _Lowering:
                            name=f"{node.name}_cols")
         return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node,
                              self._keeps_accum_type(node, acc_dt))
+
+    def _float_sum_refused(self, where, t, what):
+        """A float sum over several physical pieces one piece at a time (a sum down row tiles, along a
+        block row or column) would not be the fixed-order sum of :mod:`step_hdl.floats` (groups of four
+        terms, each added to a running fp32 sum): refused by name rather than computed otherwise."""
+        raise TilingError(f"{where}: a {t.dtype} sum over the {what} of {t} spans several physical tiles; "
+                          f"float sums are lowered only where each physical tile adds whole groups of four "
+                          f"terms to the running sum (matmuls over P x P tiles) yet")
 
     def _keeps_accum_type(self, node, acc_dt) -> bool:
         """Whether ``node``'s result can stay in the accumulator's type: it is that type, or every consumer
@@ -697,6 +726,8 @@ class _Lowering:
         where = f"Map '{node.name}'"
         if f.param("transpose_b"):
             raise TilingError(f"{where}: matmul with both transposes is not supported by hierarchical tiling")
+        if not node.t("in0").dtype.dtype.is_int:
+            self._float_sum_refused(where, node.t("in0").dtype, "rows")
         for p in ("in0", "in1"):
             pr, pc, _, cb = self.phys(node.t(p).dtype, f"{where} port '{p}'")
             if pr != 1 or cb != 1:

@@ -157,13 +157,16 @@ def cmd_run(args) -> int:
         "offchip_bytes": res.offchip_bytes,
         "offchip_bytes_symbolic": int(sym) if sym.is_Integer else str(sym),
         "nodes": len(w.graph.nodes), "tokens": sum(len(v) for v in res.edges.values()),
-        "steps": res.steps, "wall_s": round(wall, 3),
+        "steps": res.steps, "wall_s": round(wall, 3), "accuracy": w.accuracy(res),
     }
     if args.json:
         print(json.dumps(report, indent=1))
     else:
         status = "outputs match numpy" if not bad else "OUTPUTS DIFFER: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
         print(f"{_label(args)}: {status}")
+        for name, acc in report["accuracy"].items():
+            print(f"  {name} against float64 numpy: max relative error {acc['max_rel_error']:.3g}, mean "
+                  f"{acc['mean_rel_error']:.3g} (rounding budget of its graph {acc['budget']:.3g})")
         print(f"  nodes {report['nodes']}, tokens {report['tokens']:,}, off-chip bytes {res.offchip_bytes:,} "
               f"(symbolic {report['offchip_bytes_symbolic']}), {wall:.2f} s")
     return 0 if not bad else 1

@@ -909,7 +909,7 @@ def _shape_only(f: Fn, out, xs) -> ShapeOnly:
         shape = (shapes[0][0], 1)
     elif name in ("col_sum", "col_max"):
         shape = (1, shapes[0][1])
-    elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize"):
+    elif f.spec.kind == "map" and name in ("add", "sub", "mul", "max", "div", "relu", "silu", "exp", "requantize", "convert"):
         shape = tuple(max(d) for d in zip(*shapes))
     else:
         t = f.spec.out_type(f, *(_as_tile_type(x) for x in xs))

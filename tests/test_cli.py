@@ -83,11 +83,12 @@ def test_sim_json_on_amaranth(capsys):
     assert rep["bound"]["fraction"] == round(rep["bound"]["cycles"] / rep["cycles"], 4)
 
 
-def test_build_writes_the_files_and_fp32_is_refused(capsys, tmp_path):
+def test_build_writes_the_files_and_fp32_silu_is_refused(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "build", "swiglu", "--batch", "16", "--hidden", "8", "--inter", "64",
                            "--tile-b", "8", "--tile-inter", "16", "-o", str(tmp_path / "b"), "--json")
     rep = json.loads(out)
     assert code == 0 and (tmp_path / "b" / "run.py").exists() and (tmp_path / "b" / "harness.v").exists()
     assert len(rep["units"]) == 22 and rep["config_writes"] > 0
     code, _, err = run_cli(capsys, "sim", "swiglu", "--dtype", "fp32", "--backend", "amaranth")
-    assert code == 2 and "compute on integer element types" in err and "--dtype int16" in err
+    assert code == 2 and "Map 'silu': no unit can run it on this fabric" in err
+    assert "function 'silu' on fp32 tiles has no hardware (it builds bf16 floats)" in err

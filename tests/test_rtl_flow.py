@@ -100,13 +100,13 @@ def test_unsupported_function_and_operator_are_named():
     g.store(g.map([x, y], "pair", name="pairs"), "b", tile=(1, 2), name="store_b")
     with pytest.raises(FabricError, match="Map 'pairs': function 'pair' has no hardware implementation"):
         plan(g, fabric_for(g, 4, "int32"))
-    g = Graph("div")
+    g = Graph("exp32")
     g.tensor("a", 4, 16, "fp32")
     g.tensor("b", 4, 16, "fp32")
-    x, y = g.broadcast(g.load("a", tile=(4, 4), out_shape=[4], stride=[1], name="load_a"), 2, name="fan")
-    g.store(g.map([x, y], "div", name="ratio"), "b", tile=(4, 4), name="store_b")
-    with pytest.raises(FabricError, match="the hardware units compute on integer element types .* this workload "
-                                          "uses fp32 \\(on the command line: --dtype int16\\)"):
+    g.store(g.map(g.load("a", tile=(4, 4), out_shape=[4], stride=[1], name="load_a"), "exp", name="e"), "b",
+            tile=(4, 4), name="store_b")
+    with pytest.raises(FabricError, match="Map 'e': no unit can run it on this fabric: MapParams: function 'exp' on "
+                                          "fp32 tiles has no hardware \\(it builds bf16 floats\\)"):
         prepare(Workload(g, {"a": np.ones((4, 16), np.float32)}, {}, {}, make_dtype("fp32")), 4)
     g = Graph("out")
     g.tensor("a", 8, 8, "int16")

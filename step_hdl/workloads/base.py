@@ -27,7 +27,8 @@ class Workload:
     expected : dict of str to numpy.ndarray
         Reference result per output tensor, computed with numpy.
     dtype : DType
-        Element type of the arithmetic; integer types are checked bit-exactly.
+        Element type of the arithmetic; integer types are checked bit-exactly, float ones against the
+        rounding budget of their graph (:func:`step_hdl.accuracy.rounding_budget`).
     subs : dict
         Values of the graph's dimension symbols for this input (per-expert token
         counts, KV lengths), to substitute into symbolic metrics.
@@ -42,28 +43,40 @@ class Workload:
     dtype: DType
     subs: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
-    rtol: float = 1e-5
-    atol: float = 1e-6
 
     def run(self, **kwargs) -> RunResult:
         """Run the reference interpreter on this workload's inputs."""
         return run(self.graph, self.tensors, self.streams, **kwargs)
 
     def mismatches(self, result: RunResult) -> dict[str, str]:
-        """Per output tensor, a description of how it differs from numpy (empty if all match)."""
+        """Per output tensor, a description of how it differs from numpy (empty if all match): integers bit
+        for bit, floats by their normwise error against the graph's rounding budget (:meth:`accuracy`)."""
         bad = {}
         for name, want in self.expected.items():
             got = result.memory[name]
-            if self.dtype.is_int:
-                if got.shape != want.shape or not np.array_equal(got, want):
-                    diff = np.argwhere(got != want) if got.shape == want.shape else []
+            if got.shape != want.shape:
+                bad[name] = f"shape {got.shape} != {want.shape}"
+            elif self.dtype.is_int:
+                if not np.array_equal(got, want):
+                    diff = np.argwhere(got != want)
                     bad[name] = (f"{len(diff)} of {want.size} elements differ, first at {tuple(diff[0])}: "
-                                 f"got {got[tuple(diff[0])]}, want {want[tuple(diff[0])]}"
-                                 if len(diff) else f"shape {got.shape} != {want.shape}")
-            elif not np.allclose(got, want, rtol=self.rtol, atol=self.atol * max(1.0, float(np.abs(want).max()))):
-                err = np.abs(got.astype(np.float64) - want) / np.maximum(np.abs(want), 1e-30)
-                bad[name] = f"max relative error {err.max():.3g} > {self.rtol}"
+                                 f"got {got[tuple(diff[0])]}, want {want[tuple(diff[0])]}")
+            else:
+                acc = self.accuracy(result)[name]
+                if not acc["max_rel_error"] <= acc["budget"]:
+                    bad[name] = (f"max relative error {acc['max_rel_error']:.3g} > {acc['budget']:.3g}, the "
+                                 f"rounding budget of {self.dtype.name}")
         return bad
+
+    def accuracy(self, result: RunResult) -> dict[str, dict]:
+        """Per float output tensor: its max and mean relative error against the float64 reference and the
+        rounding budget (:mod:`step_hdl.accuracy`); empty for integer workloads."""
+        from ..accuracy import accuracy, rounding_budget
+        if self.dtype.is_int:
+            return {}
+        return {name: {**accuracy(result.memory[name], want),
+                       "budget": rounding_budget(self.graph, name, self.subs)}
+                for name, want in self.expected.items()}
 
     def check(self, result: RunResult) -> None:
         bad = self.mismatches(result)

@@ -79,11 +79,15 @@ def ffn_core(g: Graph, x, w1, w3, w2, dt: DType, tile_rows, H, prefix: str = "")
     else:
         act = g.map(h1, "silu", name=prefix + "silu")
         prod = g.map([act, h3], "mul", name=prefix + "gate_mul")
-    y = g.map([prod, w2], "matmul", name=prefix + "down_proj")
-    acc_t = "int32" if dt.is_int else dt.name
+    # floats: the W2 products and their sum over the intermediate tiles stay in fp32, rounded once at the end
+    down = fn("matmul") if dt.is_int or dt.name == "fp32" else fn("matmul", dtype="fp32")
+    y = g.map([prod, w2], down, name=prefix + "down_proj")
+    acc_t = "int32" if dt.is_int else "fp32"
     acc = g.accum(y, "add", fn("zeros", rows=tile_rows, cols=H, dtype=acc_t), rank=1, name=prefix + "accum_down")
     if dt.is_int:
         acc = g.map(acc, int_fns(dt)["q"], name=prefix + "out_requant")
+    elif dt.name != "fp32":
+        acc = g.map(acc, fn("convert", dtype=dt.name), name=prefix + "out_round")
     return acc
 
 
