@@ -182,7 +182,7 @@ class MapAdapter(Adapter):
         if "in1" in node.inputs:
             b = _tile(node.t("in1"), f"{where} port 'in1'")
             kw.update(in1_rows=int(b.rows), in1_cols=int(b.cols), in1_dtype=b.dtype.name)
-        if f.name in ("requantize", "convert") or (f.name == "matmul" and f.param("dtype")):
+        if f.name in ("requantize", "convert") or (f.name in ("matmul", "row_sum", "col_sum") and f.param("dtype")):
             kw["out_dtype"] = out.dtype.name
         if f.name == "matmul":
             kw["matmul_transpose_a"] = bool(f.param("transpose_a"))   # the outer product of two rows is structural

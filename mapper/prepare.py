@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from step_hdl.types import BufferRef, Tile, TupleType
 from step_hdl.units.layout import tile_format
 from step_hdl.units.memport import pack_tensor, unpack_tensor
 
-from .fabric import Fabric, FabricError, fabric_for
+from .fabric import Fabric, fabric_for
 from .design import Design, Program
 from .plan import plan
 
@@ -71,40 +70,12 @@ def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
     return unpack_tensor(tiles, rows, cols, fmt)
 
 
-HARDWARE_DTYPES = ("int8", "int16", "int32", "bf16", "fp32")
-
-
-def _tiles_in(t):
-    if isinstance(t, Tile):
-        yield t
-    elif isinstance(t, BufferRef):
-        yield from _tiles_in(t.dtype)
-    elif isinstance(t, TupleType):
-        for item in t.items:
-            yield from _tiles_in(item)
-
-
-def check_element_types(graph) -> None:
-    """Raise :class:`FabricError` naming the first node and port whose stream carries tiles of a type the
-    hardware units cannot compute on (anything but int8, int16, int32, bf16 and fp32; each function also says
-    which float formats it builds, checked when the unit is made)."""
-    for node in graph.topological_order():
-        ports = [(f"input '{p}'", node.inputs[p].type) for p in node.input_ports() if node.inputs.get(p) is not None]
-        ports += [(f"output '{p}'", t) for p, t in node.out_types.items()]
-        for where, st in ports:
-            for tile in _tiles_in(st.dtype):
-                if tile.dtype.name not in HARDWARE_DTYPES:
-                    raise FabricError(f"{node.kind} '{node.name}' {where}: carries {tile} tiles; the hardware "
-                                      f"units compute on {', '.join(HARDWARE_DTYPES)} only")
-
-
 def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_passes: bool = False,
             dtype: str | None = None) -> Prepared:
     """Lower ``workload`` (a :class:`~step_hdl.workloads.base.Workload`) onto ``fabric`` (or a tile size)."""
     from step_hdl.interp import run as interp_run
     from .lower import lower
     dt = dtype or workload.dtype.name
-    check_element_types(workload.graph)
     lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt,
                bindings=workload.subs)
     fab = lo.fabric

@@ -94,6 +94,7 @@ import functools
 import sympy
 
 from step_hdl.errors import StepError
+from step_hdl.floats import GROUP
 from step_hdl.functions import fn
 from step_hdl.graph import Graph
 from step_hdl.types import Tile, as_dim, dims_equal
@@ -148,10 +149,17 @@ def _counted_outputs(node, port):
         return ["out"]
     if k == "Map":
         f = node.p("fn")
+        if f.name == "matmul" and f.param("transpose_a"):
+            # contracting the packed rows of both operands (their missing rows count as zeros): a static result
+            return [] if port in ("in0", "in1") and not f.param("transpose_b") else None
         if f.name == "matmul":
-            return ["out"] if port == "in0" and not f.param("transpose_a") and not f.param("transpose_b") else None
-        tiles = {(as_dim(node.t(p).dtype.rows), as_dim(node.t(p).dtype.cols)) for p in node.input_ports()}
-        return ["out"] if f.name in ELEMENTWISE and len(tiles) == 1 else None
+            return ["out"] if port == "in0" and not f.param("transpose_b") else None
+        if f.name in ("col_sum", "col_max"):
+            return []               # down the packed rows (the missing ones neutral): a static [1, C] row
+        rows_of = {p: as_dim(node.t(p).dtype.rows) for p in node.input_ports()}
+        shapes = {(rows_of[p], as_dim(node.t(p).dtype.cols)) for p in node.input_ports() if rows_of[p] != 1
+                  or p == port}
+        return ["out"] if f.name in ELEMENTWISE and len(shapes) == 1 else None
     if k == "Accum":
         ok = (node.p("update").name in ("add", "max") and node.p("init").name in ("zeros", "lowest")
               and not node.p("keep") and dims_equal(node._state.rows, node.t("in").dtype.rows) is True)
@@ -193,10 +201,14 @@ def counted_streams(graph: Graph, P: int) -> frozenset:
                 return frozenset()
             takers.append(node)
             todo += [f"{node.name}.{o}" for o in outs]
-    for node in takers:      # every tile operand of an element-wise function or a join: packed alike
-        ports = (node.input_ports() if node.kind == "Map" and node.p("fn").name != "matmul"
-                 else [p for p in node.inputs if p.startswith("in") and p[2:].isdigit()]
-                 if node.kind in ("Reassemble", "EagerMerge") else [])
+    for node in takers:      # every tile operand of an element-wise function, a contraction or a join: packed
+        if node.kind == "Map" and node.p("fn").name == "matmul":        # alike (a [1, C] row broadcast aside)
+            ports = ["in0", "in1"] if node.p("fn").param("transpose_a") else []
+        elif node.kind == "Map":
+            ports = [p for p in node.input_ports() if as_dim(node.t(p).dtype.rows) != 1]
+        else:
+            ports = ([p for p in node.inputs if p.startswith("in") and p[2:].isdigit()]
+                     if node.kind in ("Reassemble", "EagerMerge") else [])
         if any(node.inputs[p].label not in counted for p in ports):
             return frozenset()
     return frozenset(counted)
@@ -561,7 +573,7 @@ class _Lowering:
         if f.name not in ELEMENTWISE:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
         tiles = [node.t(p).dtype for p in node.input_ports()]
-        phys = [self.phys(t, f"{where} port '{p}'") for t, p in zip(tiles, node.input_ports())]
+        phys = [self.phys_in(node, p, f"{where} port '{p}'") for p in node.input_ports()]
         if len(tiles) == 2 and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
                 tuple(map(as_dim, (tiles[0].rows, tiles[0].cols))):
             if phys[0][0] != 1 or phys[0][2] != 1:
@@ -570,8 +582,9 @@ class _Lowering:
             # the scalar's block [1, 1] -> [1, C/P]: repeat it along the row
             rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
-        elif len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows) and phys[0][0] == 1:
-            ins = self._row_broadcast(node, ins, phys)
+        elif len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows) and \
+                (phys[0][0] == 1 or self.is_counted(node, "in0")):
+            ins = self._row_broadcast(node, ins, phys)          # over row tiles, or over packed P-row blocks
         elif len(tiles) == 2 and as_dim(tiles[1].cols) == 1 != as_dim(tiles[0].cols) \
                 and dims_equal(tiles[0].rows, tiles[1].rows):
             # [R, C] . [R, 1] (softmax's x - row_max(x)): each [pr, 1] piece of the column repeats along
@@ -661,18 +674,24 @@ class _Lowering:
         row ``[1, cb]`` of ``[1, pc]`` tiles."""
         where = f"Map '{node.name}'"
         t = node.t("in0").dtype
-        pr, pc, rb, cb = self.phys(t, where)
+        pr, pc, rb, cb = self.phys_in(node, "in0", where)
         upd, init = COLUMN_REDUCE[f.name]
-        if f.name == "col_sum" and not t.dtype.is_int and (pr == 1 or rb != 1):
+        float_sum = f.name == "col_sum" and not t.dtype.is_int
+        if float_sum and (pr == 1 or (rb != 1 and pr != GROUP)):
+            # (packed blocks of 4 rows: each block's sum is one group of the fixed order, added to a running sum)
             self._float_sum_refused(where, t, "rows")
-        acc_dt = _accum_dtype(t)
+        acc_dt = "fp32" if float_sum else _accum_dtype(t)
         keep = self._keeps_accum_type(node, acc_dt)
-        if pr == 1 and cb == 1:
-            acc = self.g.accum(tiles_in, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2,
+        tile_f = fn("col_sum", dtype="fp32") if float_sum else f
+        if cb == 1 and (pr == 1 or self.is_counted(node, "in0")):
+            # rows, or packed P-row blocks (each reduced first, its missing rows neutral): down the stream
+            src = tiles_in if pr == 1 else self.g.map(tiles_in, tile_f, name=f"{node.name}_tiles")
+            acc = self.g.accum(src, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2,
                                name=node.name if keep else f"{node.name}_rows")
             return self._as_type(self.blocked(acc, node.name), node, keep)
-        cols = self.g.map(tiles_in, f, name=f"{node.name}_tiles") if pr != 1 else tiles_in
-        acc = self.g.accum(cols, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=2, keep=1,
+        cols = self.g.map(tiles_in, tile_f, name=f"{node.name}_tiles") if pr != 1 else tiles_in
+        # down the block's rb rows of pieces, keeping its cb column positions
+        acc = self.g.accum(cols, upd, fn(init, rows=1, cols=pc, dtype=acc_dt), rank=1, keep=1,
                            name=f"{node.name}_rows")
         return self._as_type(self.g.reshape(acc, 0, cb, name=node.name), node, keep)
 
@@ -717,8 +736,9 @@ class _Lowering:
         values: requantize by 0 is exact)."""
         if keep:
             return stream
-        want = node.out_types["out"].dtype.dtype.name
-        return self.g.map(stream, fn("requantize", shift=0, dtype=want), name=f"{node.name}_as_{want}")
+        want = node.out_types["out"].dtype.dtype
+        to = fn("requantize", shift=0, dtype=want.name) if want.is_int else fn("convert", dtype=want.name)
+        return self.g.map(stream, to, name=f"{node.name}_as_{want.name}")
 
     def _outer_matmul(self, node, ins, f):
         """``aᵀ·b`` of ``[N, M]`` and ``[N, K]`` row tiles (contracting the dynamic ``N``): one outer
@@ -726,21 +746,34 @@ class _Lowering:
         where = f"Map '{node.name}'"
         if f.param("transpose_b"):
             raise TilingError(f"{where}: matmul with both transposes is not supported by hierarchical tiling")
-        if not node.t("in0").dtype.dtype.is_int:
-            self._float_sum_refused(where, node.t("in0").dtype, "rows")
+        packed = self.is_counted(node, "in0") and self.is_counted(node, "in1")
         for p in ("in0", "in1"):
-            pr, pc, _, cb = self.phys(node.t(p).dtype, f"{where} port '{p}'")
-            if pr != 1 or cb != 1:
+            pr, pc, _, cb = self.phys_in(node, p, f"{where} port '{p}'")
+            if (pr != 1 and not packed) or cb != 1:
                 raise TilingError(f"{where}: a transpose_a matmul of {node.t(p).dtype} (port '{p}') is "
-                                  f"supported on row tiles of one physical tile ({self.P} columns) only yet")
+                                  f"supported on row tiles or packed rows of one physical tile ({self.P} "
+                                  f"columns) only yet")
+        is_float = not node.t("in0").dtype.dtype.is_int
+        if is_float and not packed:
+            self._float_sum_refused(where, node.t("in0").dtype, "rows")
         # the first operand (loaded rows: V) is buffered whole: the second (e) is still being computed from
         # the same rows' partners (softmax over all of K), so unbuffered the shared row addresses deadlock
         early = self.g.streamify(self.g.bufferize(ins[0], 2, name=f"{node.name}_buf_a"), name=f"{node.name}_a")
-        prod = self.g.map([early, ins[1]], f, name=f"{node.name}_outer")
-        t = prod.type.dtype
-        acc = self.g.accum(prod, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
-                           rank=2, name=node.name)
-        return self.blocked(acc, node.name)
+        if not is_float:
+            prod = self.g.map([early, ins[1]], f, name=f"{node.name}_outer")
+            t = prod.type.dtype
+            acc = self.g.accum(prod, "add", fn("zeros", rows=int(t.rows), cols=int(t.cols), dtype=t.dtype.name),
+                               rank=2, name=node.name)
+            return self.blocked(acc, node.name)
+        # floats: each pair of P-row blocks gives the group sums of its P rows' products (the missing rows of
+        # the last block count as zeros), added to an fp32 running sum and rounded once
+        prod = self.g.map([early, ins[1]], fn("matmul", transpose_a=True, groups=True), name=f"{node.name}_outer")
+        out = node.out_types["out"].dtype
+        keep = out.dtype.name == "fp32"
+        acc = self.g.accum(prod, "add_groups", fn("zeros", rows=int(out.rows), cols=int(out.cols), dtype="fp32"),
+                           rank=2, name=node.name if keep else f"{node.name}_sum")
+        acc = self.blocked(acc, node.name if keep else f"{node.name}_sum")
+        return acc if keep else self.g.map(acc, fn("convert", dtype=out.dtype.name), name=node.name)
 
     def _row_matmul(self, node, ins, f):
         """``[N, K] x [K, M]`` with row tiles (or with ``P``-row blocks of packed rows, their count on each

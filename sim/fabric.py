@@ -203,6 +203,12 @@ def _problems(design: Design, counters: dict) -> list[str]:
     return out
 
 
+def _bits(a) -> np.ndarray:
+    """An array's values, or a float array's bit patterns."""
+    a = np.asarray(a)
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+
+
 def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0, raise_on_hang=True,
             run_s=0.0) -> RtlResult:
     design = prep.design
@@ -223,8 +229,9 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
     for name, (first, n) in prep.outputs.items():
         got = outputs[name] = tensor_of_words(prep.program, name, words[name])
         want = prep.expected[name]
-        if not np.array_equal(got, want):
-            diff = differ[name] = np.argwhere(got != want)
+        gb, wb = _bits(got), _bits(want)        # floats bit for bit: the same NaN matches, -0 is not +0
+        if gb.shape != wb.shape or not np.array_equal(gb, wb):
+            diff = differ[name] = np.argwhere(gb != wb)
             i = tuple(int(x) for x in diff[0])
             mism[name] = (f"{len(diff)} of {want.size} elements differ, first at {i}: got {got[i]}, "
                           f"interpreter {want[i]}")

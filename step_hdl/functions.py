@@ -577,13 +577,31 @@ class Convert(_Unary):
 
 class _AxisReduce(_Unary):
     """Sum or maximum along ``axis`` (1: along each row -> ``[R, 1]``; 0: down each column -> ``[1, C]``);
-    sums of integer tiles are int32, wrapped."""
+    sums of integer tiles are int32, wrapped; float sums in the fixed order, rounded once to the tile's
+    format or, for a sum, to ``dtype`` (``"fp32"`` keeps it for an accumulation after it)."""
 
     axis, is_sum = 1, True
+
+    @property
+    def optional(self):
+        return ("dtype",) if self.is_sum else ()
+
+    def check_params(self, params):
+        if "dtype" in params:
+            dt = dtype(params["dtype"])
+            if dt.is_int:
+                raise StepTypeError(f"{self.name}: dtype sets a float sum's format, got {dt} (integer sums are "
+                                    f"int32)")
+            params["dtype"] = dt.name
+        return params
 
     def out_type(self, f, a):
         a = _tile(a, f)
         dt = INT32 if a.dtype.is_int and self.is_sum else a.dtype
+        if f.param("dtype"):
+            if a.dtype.is_int:
+                raise StepTypeError(f"function {f}: dtype is for float tiles, got {a.dtype}")
+            dt = dtype(f.param("dtype"))
         return Tile(dt, a.rows, 1) if self.axis == 1 else Tile(dt, 1, a.cols)
 
     def apply_float(self, f, fmt, a):

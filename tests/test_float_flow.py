@@ -52,17 +52,48 @@ def test_float_matmul_lowers_to_the_same_fixed_order_sum(P, dt):
     assert (int(groups.cols), groups.dtype.name) == (P * P // 4, "fp32")
 
 
-def test_a_float_sum_down_row_tiles_is_refused_by_name():
-    """A column sum of row tiles would add one term at a time, not the fixed order: refused, not computed."""
+def _colsum_graph(rows: int, f: str = "col_sum", cols: int = 8):
+    """``rows`` rows packed into a tile and summed down its columns (or along its rows)."""
     from step_hdl import Graph
     from step_hdl.functions import fn
+    g = Graph(f)
+    g.tensor("x", rows, cols, "bf16")
+    rs = g.load("x", tile=(1, cols), out_shape=[1, rows], stride=[0, 1], name="rows")
+    t = g.accum(rs, "retile_row", fn("zeros", rows=0, cols=cols, dtype="bf16"), 1, name="pack")
+    y = g.map(t, f, name="s")
+    g.tensor("y", *((1, cols) if f == "col_sum" else (rows, 1)), "bf16")
+    g.store(y, "y", tile=(1, cols) if f == "col_sum" else (rows, 1), name="store_y")
+    return g
+
+
+def test_a_float_column_sum_of_packed_rows_is_the_fixed_order_sum():
+    """Rows packed into blocks of four: each block's column sums are one group of the fixed order (the rows
+    past the last block's count are zeros), added down the stream to an fp32 running sum and rounded once."""
+    from step_hdl.interp import run
     from step_hdl.mapper.tiling import tile_physical
-    g = Graph("colsum")
-    g.tensor("x", 6, 4, "bf16")
-    g.tensor("y", 1, 4, "bf16")
-    rows = g.load("x", tile=(1, 4), out_shape=[1, 6], stride=[0, 1], name="rows")
-    t = g.accum(rows, "retile_row", fn("zeros", rows=0, cols=4, dtype="bf16"), 1, name="pack")    # 6 row tiles
-    g.store(g.map(t, "col_sum", name="s"), "y", tile=(1, 4), name="store_y")
-    with pytest.raises(TilingError, match="Map 's': a bf16 sum over the rows of bf16\\[6,4\\] spans several "
-                                          "physical tiles"):
-        tile_physical(g, 4)
+    g = _colsum_graph(6)
+    x = {"x": (np.random.default_rng(2).standard_normal((6, 8)) * 100).astype(np.float32)}
+    from step_hdl import floats
+    x["x"] = floats.round_to(x["x"], floats.BF16)
+    want = run(g, x).memory["y"]
+    got = run(tile_physical(g, 4), x).memory["y"]
+    assert np.array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("P, f, what", [(16, "col_sum", "rows"), (4, "row_sum", "columns")])
+def test_a_float_sum_that_adds_a_piece_at_a_time_is_refused_by_name(P, f, what):
+    """A column sum of 16-row blocks (four groups each) or a row sum across a block row would add a piece at a
+    time, not the fixed order: refused, not computed otherwise."""
+    from step_hdl.mapper.tiling import tile_physical
+    with pytest.raises(TilingError, match=f"Map 's': a bf16 sum over the {what} of bf16\\[.*\\] spans several "
+                                          f"physical tiles"):
+        tile_physical(_colsum_graph(32 if f == "col_sum" else 4, f, cols=max(8, P)), P)
+
+
+def test_bf16_gqa_dynamic_parallelization_small_on_amaranth():
+    """GQA decode in bf16: KV rows packed into blocks of four through the softmax, its column sums and Vᵀ·e in
+    fp32 in the fixed order (each block one group, the rows past the last block's count zeros), bit for bit;
+    the credit cycle of dynamic parallelization as in int16."""
+    from step_hdl.workloads.gqa import gqa_decode
+    w = gqa_decode([16, 3, 15, 2], group=4, head_dim=4, regions=2, strategy="dynamic", dtype="bf16")
+    _check(w, run_rtl(prepare(w, 4), "amaranth"))

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from step_hdl import Graph, fn
+from step_hdl import Graph, floats, fn
 from step_hdl.flow import prepare, run_rtl
 from step_hdl.interp import run as interp_run
 from step_hdl.mapper.fabric import FabricError
@@ -119,15 +119,18 @@ def test_rtl_result_reads_back_outputs_and_positions():
 
 
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
-def test_a_type_the_units_cannot_compute_on_names_node_and_port(dt):
-    """On an integer workload (so not refused for its reference type), a floating-point tensor inside."""
+def test_float_tiles_inside_an_integer_workload_run_bit_for_bit(dt):
+    """A floating-point tensor inside an integer workload: its relu unit is a float unit of its own, and the
+    result is the interpreter's bit for bit (negative values clipped to +0, a NaN kept)."""
     g = Graph("float_inside")
     g.tensor("s", 8, 8, dt)
     g.tensor("y", 8, 8, dt)
     s = g.load("s", tile=(4, 4), out_shape=[2, 2], stride=[2, 1], name="load_s")
     g.store(g.map(s, "relu", name="act"), "y", tile=(4, 4), name="store_y")
-    w = Workload(g, {"s": np.zeros((8, 8), np.float32)}, {}, {}, make_dtype("int16"))
-    with pytest.raises(FabricError, match=rf"^LinearOffChipLoad 'load_s' output 'out': carries {dt}\[4,4\] "
-                                          r"tiles; the "
-                                          r"hardware units compute on int8, int16, int32 only$"):
-        prepare(w, 4)
+    x = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+    x[0, 0] = np.nan
+    x = floats.round_to(floats.read(x), floats.fmt_of(dt))
+    want = interp_run(g, {"s": x}).memory["y"]
+    res = run_rtl(prepare(Workload(g, {"s": x}, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
+    assert res.outputs_match and np.array_equal(res.outputs["y"].view(np.uint32), want.view(np.uint32))
+    assert (want == 0).sum() > 10 and np.isnan(want[0, 0])

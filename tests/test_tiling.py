@@ -174,27 +174,33 @@ def test_physical_tiles_follow_the_tiling_rule():
 
 
 def test_packed_rows_stay_row_tiles_where_a_consumer_mixes_rows():
-    """GQA's KV rows are packed into [L, d] tiles whose softmax runs down the columns (col_max): no P-row
-    blocks anywhere in that graph, so it keeps its row tiles (see the GQA lowering test below)."""
-    from step_hdl.workloads.gqa import gqa_decode
-    w = gqa_decode([16, 3, 15, 2, 6], group=4, head_dim=4, regions=2, strategy="dynamic", dtype="int16")
-    assert any(n.kind == "Accum" and n.p("update").name == "retile_row" for n in w.graph.nodes.values())
-    assert counted_streams(w.graph, 4) == frozenset()
+    """Rows packed into a tile and stored as a tile: a store takes no P-row blocks, so the graph keeps its row
+    tiles."""
+    g = Graph("pack_store")
+    g.tensor("x", 6, 4, "int16")
+    g.tensor("y", 6, 4, "int16")
+    rows = g.load("x", tile=(1, 4), out_shape=[1, 6], stride=[0, 1], name="rows")
+    t = g.accum(rows, "retile_row", fn("zeros", rows=0, cols=4, dtype="int16"), 1, name="pack")
+    g.store(t, "y", tile=(6, 4), name="store")
+    assert counted_streams(g, 4) == frozenset()
 
 
-def test_gqa_fixed_point_lowers_to_row_tiles():
-    """GQA decode with dynamic parallelization: the ragged KV length L is a row count everywhere (scores
-    [L, G], softmax down the columns, the P·V contraction as outer products of rows); index streams (items,
-    row addresses, acknowledgements) and the credit cycle keep their shape."""
+def test_gqa_lowers_its_kv_rows_in_blocks():
+    """GQA decode with dynamic parallelization: the ragged KV length L is a row count everywhere, packed into
+    blocks of 4 rows through the softmax (scores [L, G] in blocks, col_max and col_sum of each block down the
+    stream, the rows past a block's count neutral, the P·V contraction as block products); index streams
+    (items, row addresses, acknowledgements) and the credit cycle keep their shape."""
     from step_hdl.workloads.gqa import gqa_decode
     w = gqa_decode([16, 3, 15, 2, 6], group=4, head_dim=4, regions=2, strategy="dynamic", dtype="int16")
+    assert {"r0_pack_k.out", "r0_scores.out", "r0_shift.out", "r0_exp.out"} <= counted_streams(w.graph, 4)
     lowered = tile_physical(w.graph, 4)
     res = run(lowered, w.tensors, w.streams)
     assert w.mismatches(res) == {}
     assert res.offchip_bytes == w.run().offchip_bytes
     shapes = lambda edge: {t.payload.shape for t in res.edges[edge] if t.is_data}   # noqa: E731
-    assert shapes("r0_scores_tiles.out") == {(1, 4)}          # one [1, 4] row of scores per K row
-    assert shapes("r0_pv_outer.out") == {(4, 4)}              # one outer product per (V row, e row)
-    assert shapes("r0_load_kv_table.out") == {(1, 2)}         # a table row stays one record
+    assert shapes("r0_scores_tiles.out") == {(4, 4), (3, 4), (2, 4)}     # blocks of 4 scores rows, the last partial
+    assert shapes("r0_col_sum_tiles.out") == {(1, 4)}           # each block's column sums, added down the stream
+    assert shapes("r0_pv_outer.out") == {(4, 4)}                # one product per pair of V and e blocks
+    assert shapes("r0_load_kv_table.out") == {(1, 2)}           # a table row stays one record
     assert lowered.nodes["dispatch"].p("rank") == 0
     assert sum(n.kind == "Feedback" for n in lowered.nodes.values()) == 1

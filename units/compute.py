@@ -61,6 +61,21 @@ def _unit_dtype(owner: str, name: str, value) -> None:
                          f"the compute units take {list(INT_TYPES + FLOAT_TYPES)}")
 
 
+def _valid_rows(tile: "TileVal | None", port, fn_name: str):
+    """``tile`` (the payload of stream ``port``) with the rows past its valid count (``short``) replaced by
+    the neutral value of ``fn_name``: 0 for sums and products, the lowest value (-Inf) for ``col_max``."""
+    if tile is None or not has_short(port.payload.payload):
+        return tile
+    dt = tile.tile.dtype
+    if fn_name == "col_max":
+        fill = dt.min if dt.is_int else floats.fmt_of(dt).neg_inf
+    else:
+        fill = 0
+    valid = tile.rows - token_short(port.payload.payload)
+    return TileVal(tile.tile, [Mux(r < valid, tile.elems[r * tile.cols + c], fill)
+                               for r in range(tile.rows) for c in range(tile.cols)])
+
+
 def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
     return TokenFormat(TileFormat(tile.dtype, int(tile.rows), int(tile.cols)), max_rank)
 
@@ -313,7 +328,11 @@ class Map(StepUnit):
                     if name == "matmul" and passes > 1:
                         elems = self._folded_matmul(m, a, b, out_tile, regs, phase)
                     else:
-                        elems = hf.build(m, a, b if hf.arity == 2 else None, out_tile, regs)
+                        # a function that sums or compares down the rows of a packed tile sees its missing
+                        # rows as the neutral value, not as whatever the buffer left there
+                        down = name in ("col_sum", "col_max") or (name == "matmul" and p.matmul_transpose_a)
+                        ma, mb = (_valid_rows(a, i0, name), _valid_rows(b, i1, name)) if down else (a, b)
+                        elems = hf.build(m, ma, mb if hf.arity == 2 else None, out_tile, regs)
                     m.d.comb += [tile_elems(res)[j].eq(v) for j, v in enumerate(elems)]
                     m.d.comb += use1.eq(hf.arity == 2)
         if has_short(res):

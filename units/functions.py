@@ -468,6 +468,10 @@ class _AxisReduce(HwFn):
     axis, is_sum = 1, True
     float_formats = ("bf16", "fp32")
 
+    def type_params(self, a, b, out_dtype):
+        # a float sum's result format (dtype: fp32 keeps it unrounded), as the node asks
+        return {"dtype": out_dtype.name} if self.is_sum and out_dtype is not None and not out_dtype.is_int else {}
+
     def build(self, m, a, b, out, regs):
         lines = ([[a.elems[r * a.cols + c] for c in range(a.cols)] for r in range(a.rows)] if self.axis == 1 else
                  [[a.elems[r * a.cols + c] for r in range(a.rows)] for c in range(a.cols)])

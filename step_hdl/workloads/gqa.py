@@ -18,20 +18,21 @@ Items are distributed over ``regions`` parallel regions:
   first free region (a cycle through the EagerMerge, closed with
   ``Graph.feedback``).
 
-Off-chip layout: ``q`` and ``out`` are ``[items·G, d]``; ``K`` and ``V`` hold
+The attention is computed transposed, so that the dynamic length ``L`` is a row
+count (packed into ``P``-row blocks in hardware, see :mod:`step_hdl.mapper.tiling`):
+``qᵀ`` is ``[d, G]``, the scores ``sᵀ = K·qᵀ`` are ``[L, G]``, softmax runs down
+the columns (``col_max``, ``exp``, ``col_sum``), and ``outᵀ = Vᵀ·e`` (a matmul
+with ``transpose_a``, contracting over ``L``) is divided by the column sums.
+
+Off-chip layout: ``qT`` and ``outT`` are ``[d, items·G]``; ``K`` and ``V`` hold
 the rows of item 0, then item 1, ... (``[Σ L_b·heads, d]``); ``kv_table`` is
 ``[items, 2]`` int32 ``(start row, length)``.
 
-Integer types (int8/int16) give the fixed-point variant that the hardware
-runs. It computes the same attention transposed, so that the dynamic length
-``L`` is always a row count (row tiles in hardware, see
-:mod:`step_hdl.mapper.tiling`): ``qᵀ`` is ``[d, G]`` (tensor ``qT``,
-``[d, items·G]``), the scores ``sᵀ = K·qᵀ`` are ``[L, G]``, requantized to
-fixed point with ``frac`` fractional bits (``>> shift``); softmax runs down the
-columns (``col_max``, ``exp``, ``col_sum``); ``outᵀ = Vᵀ·e`` (a matmul with
-``transpose_a``, contracting over ``L``) is divided (floor) by the column sums
-and stored as int32 into ``outT`` (``[d, items·G]``). :func:`gqa_reference_int`
-is its numpy twin.
+Integer types (int8/int16) give a fixed-point variant: the scores requantized to
+``frac`` fractional bits (``>> shift``), a floor division, ``outT`` stored as
+int32; :func:`gqa_reference_int` is its numpy twin. Float types (bf16, fp32)
+compute in their format, the sums in fp32 (:mod:`step_hdl.floats`), against the
+float64 :func:`gqa_reference`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 from ..functions import fn
 from ..graph import Graph
 from ..types import Selector, StreamType, dtype as make_dtype, dyn
-from .base import Workload
+from .base import Workload, random_tensor
 
 STRATEGIES = ("interleaved", "contiguous", "dynamic")
 
@@ -61,15 +62,17 @@ SHIFT, FRAC = 3, 8
 
 
 def _attention_float(g, p, i_q, k_t, v_t, dt, G, d):
-    """``softmax(q·Kᵀ)·V`` for one item, ``[G, d]``."""
-    q = g.random_load(i_q, "q", tile=(G, d), name=p + "load_q")
-    s = g.map([q, k_t], fn("matmul", transpose_b=True), name=p + "scores")
+    """``outᵀ = (softmax(q·Kᵀ)·V)ᵀ`` for one item, ``[d, G]``, computed transposed as the integer variant is
+    (the dynamic length ``L`` a row count): ``sᵀ = K·qᵀ`` ``[L, G]``, softmax down its columns, ``Vᵀ·e``; the
+    column sum and ``Vᵀ·e`` sum in fp32 in the fixed order, each rounded once to ``dt``."""
+    q_t = g.random_load(i_q, "qT", tile=(d, G), name=p + "load_q")
+    s = g.map([k_t, q_t], "matmul", name=p + "scores")                          # [L, G]
     s1, s2 = g.broadcast(s, 2, name=p + "bcast_s")
-    m = g.map(s1, "row_max", name=p + "row_max")
+    m = g.map(s1, "col_max", name=p + "col_max")                                # [1, G]
     e = g.map(g.map([s2, m], "sub", name=p + "shift"), "exp", name=p + "exp")
     e1, e2 = g.broadcast(e, 2, name=p + "bcast_e")
-    denom = g.map(e1, "row_sum", name=p + "row_sum")
-    o = g.map([e2, v_t], "matmul", name=p + "pv")
+    denom = g.map(e1, "col_sum", name=p + "col_sum")                            # [1, G]
+    o = g.map([v_t, e2], fn("matmul", transpose_a=True), name=p + "pv")          # [d, G]
     return g.map([o, denom], "div", name=p + "normalize")
 
 
@@ -100,17 +103,11 @@ def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", to
     G, d = group, head_dim
     rows = total_rows if total_rows is not None else dyn("kv_rows")
     g = Graph(f"gqa_{strategy}_r{regions}")
-    if dt.is_int:
-        g.tensor("qT", d, items * G, dt)
-    else:
-        g.tensor("q", items * G, d, dt)
+    g.tensor("qT", d, items * G, dt)
     g.tensor("K", rows, d, dt)
     g.tensor("V", rows, d, dt)
     g.tensor("kv_table", items, 2, "int32")
-    if dt.is_int:
-        g.tensor("outT", d, items * G, "int32")
-    else:
-        g.tensor("out", items * G, d, dt)
+    g.tensor("outT", d, items * G, "int32" if dt.is_int else dt)
     attention = _attention_int if dt.is_int else _attention_float
 
     work = g.index_source(values=list(range(items)), name="items")
@@ -134,7 +131,7 @@ def gqa_graph(batch, kv_heads, group, head_dim, regions, strategy, dt="fp32", to
             packed.append(g.accum(rows_s, "retile_row", fn("zeros", rows=0, cols=d, dtype=dt.name), 1,
                                   name=f"{p}pack_{t.lower()}"))
         out = attention(g, p, i_q, *packed, dt, G, d)
-        ack = g.random_store(i_st, out, "outT" if dt.is_int else "out", tile=(d, G) if dt.is_int else (G, d),
+        ack = g.random_store(i_st, out, "outT", tile=(d, G),
                              name=p + "store")
         if strategy == "dynamic":
             credit = g.index_source(values=[r] * credits, name=p + "credit")
@@ -207,12 +204,11 @@ def gqa_decode(kv_lens, kv_heads=1, group=4, head_dim=16, regions=4, strategy="d
         out = gqa_reference_int(q_t, k, v, table, group, dt)
         return Workload(g, {"qT": q_t, "K": k, "V": v, "kv_table": table}, {}, {"outT": out}, dt, subs=subs,
                         params=params)
-    q = (rng.standard_normal((B * kv_heads * group, head_dim)) / np.sqrt(head_dim)).astype(np.float32)
-    k = rng.standard_normal((total, head_dim)).astype(np.float32)
-    v = rng.standard_normal((total, head_dim)).astype(np.float32)
+    q, k, v = (random_tensor(rng, shape, dt, scale) for shape, scale in (
+        ((B * kv_heads * group, head_dim), 1 / np.sqrt(head_dim)), ((total, head_dim), 1.0), ((total, head_dim), 1.0)))
     out = gqa_reference(q, k, v, table, group)
-    return Workload(g, {"q": q, "K": k, "V": v, "kv_table": table}, {}, {"out": out}, dt, subs=subs,
-                    params=params)
+    return Workload(g, {"qT": np.ascontiguousarray(q.T), "K": k, "V": v, "kv_table": table}, {},
+                    {"outT": np.ascontiguousarray(out.T)}, dt, subs=subs, params=params)
 
 
 def scale_lengths(kv_lens, factor: int) -> np.ndarray:
