@@ -255,6 +255,16 @@ def _tile(t, f: Fn, what="operand") -> Tile:
     return t
 
 
+def _float_dtype_param(params: dict, name: str, what: str) -> dict:
+    """Check a sum's optional ``dtype`` parameter (a float result's format) and store its canonical name."""
+    if "dtype" in params:
+        dt = dtype(params["dtype"])
+        if dt.is_int:
+            raise StepTypeError(f"{name}: dtype sets a float result's format, got {dt} (integer {what} are int32)")
+        params["dtype"] = dt.name
+    return params
+
+
 def _binary_dtype(f: Fn, a: Tile, b: Tile) -> DType:
     """Integers give int32; floats of one format keep it; bf16 with fp32 gives fp32 (bf16 widens exactly)."""
     if a.dtype.is_int != b.dtype.is_int:
@@ -372,12 +382,7 @@ class MatMul(FnSpec):
             del params["transpose_a"]
         if params.get("groups") is False:
             del params["groups"]
-        if "dtype" in params:
-            dt = dtype(params["dtype"])
-            if dt.is_int:
-                raise StepTypeError(f"matmul: dtype sets a float result's format, got {dt} (integer "
-                                    f"products are int32)")
-            params["dtype"] = dt.name
+        _float_dtype_param(params, "matmul", "products")
         if params.get("groups") and "dtype" in params:
             raise StepTypeError("matmul: groups=true gives fp32 group sums; it takes no dtype")
         return params
@@ -587,13 +592,7 @@ class _AxisReduce(_Unary):
         return ("dtype",) if self.is_sum else ()
 
     def check_params(self, params):
-        if "dtype" in params:
-            dt = dtype(params["dtype"])
-            if dt.is_int:
-                raise StepTypeError(f"{self.name}: dtype sets a float sum's format, got {dt} (integer sums are "
-                                    f"int32)")
-            params["dtype"] = dt.name
-        return params
+        return _float_dtype_param(params, self.name, "sums")
 
     def out_type(self, f, a):
         a = _tile(a, f)
