@@ -18,6 +18,10 @@ Files written (``docs/architecture.md`` describes them):
     the standalone cocotb testbench: ``python run.py [--sim verilator|icarus]``
     loads the inputs, runs to ``done``, compares every output word with the
     expected outputs and exits non-zero on a mismatch.
+
+and ``.step-hdl-build``, which marks the folder as one ``build`` wrote: a later
+build writes into an empty folder or one it wrote, never over a user's files
+(unless told ``force``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import shutil
 from pathlib import Path
 
+from step_hdl.errors import StepError
 from step_hdl.mapper.design import buffer_bytes, built_units
 from step_hdl.mapper.top import FabricTop
 
@@ -91,10 +96,44 @@ if __name__ == "__main__":
 '''
 
 
-def build(prep, out_dir, dram="paper", synth_top: bool = True) -> dict:
-    """Write the files above for a :class:`~step_hdl.mapper.prepare.Prepared` program; return the report."""
+#: every file :func:`build` writes (and :data:`MARKER`)
+FILES = ("top.v", "harness.v", "config.json", "fabric.json", "design.json", "mapping.json", "lowered.dot",
+         "test_fabric.py", "job.json", "run.py")
+#: the file that marks a folder as one :func:`build` wrote, which a later build may write again
+MARKER = ".step-hdl-build"
+
+
+class OutputError(StepError):
+    """An output path that cannot be written, or whose writing would overwrite files the user made."""
+
+
+def check_output_dir(out_dir, force: bool = False) -> Path:
+    """``out_dir`` as a :class:`Path` if :func:`build` may write there: a new or empty folder, one a build
+    wrote (:data:`MARKER`), or any folder with ``force``; else an :class:`OutputError` naming what is in the
+    way. Checked before any work, so a long build never ends in a refusal."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"-o {out}: a file of that name exists; build writes a folder")
+    if out.is_dir() and not force and not (out / MARKER).exists():
+        theirs = sorted(p.name for p in out.iterdir())
+        if theirs:
+            shown = ", ".join(theirs[:5]) + (f" and {len(theirs) - 5} more" if len(theirs) > 5 else "")
+            raise OutputError(f"-o {out}: the folder holds files step-hdl build did not write ({shown}); choose a "
+                              f"new or empty folder, or pass --force to write {', '.join(FILES)} into it")
+    try:                # made now: a folder that cannot be made or written fails before any work
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / MARKER
+        probe.touch()
+    except OSError as exc:
+        raise OutputError(f"-o {out}: cannot write there ({exc.strerror or exc})") from None
+    return out
+
+
+def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = False) -> dict:
+    """Write the files above for a :class:`~step_hdl.mapper.prepare.Prepared` program into ``out_dir`` (see
+    :func:`check_output_dir`); return the report, which lists the files written."""
+    out = check_output_dir(out_dir, force)
+    (out / MARKER).write_text("written by step-hdl build; a later build may write this folder again\n")
     dram_p = DRAM_PRESETS[dram] if isinstance(dram, str) else dram
     design = prep.design
     harness_text, top_name, _ = verilog_for(design, dram_p, prep.depth())
@@ -111,6 +150,7 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True) -> dict:
     (out / "mapping.json").write_text(json.dumps(report, indent=1))
     (out / "config.json").write_text(json.dumps(config_report(prep), indent=1))
     (out / "lowered.dot").write_text(prep.lowered.graph.to_dot())
+    report["files"] = [f for f in FILES if (out / f).exists()]
     return report
 
 

