@@ -169,6 +169,7 @@ class ModelParams:
 # ----------------------------------------------------------------------------- timed ports
 
 LOADS = {"LinearOffChipLoad", "RandomOffChipLoad"}
+STORES = {"LinearOffChipStore", "RandomOffChipStore"}
 ROUTERS = {"Partition", "Reassemble", "EagerMerge"}
 #: operators whose RTL unit (an OnChipBuffer) stores a whole chunk before it reads it out
 BUFFERING = {"RepeatStatic", "Bufferize", "Streamify"}
@@ -880,7 +881,10 @@ class Model:
                 proc.state = None
                 self.schedule(proc, self.now)
 
-    def run(self, max_events: int = 200_000_000) -> ModelResult:
+    def run(self, max_events: int = 200_000_000, max_idle_events: int = 2_000_000) -> ModelResult:
+        """Simulate to the end; a :class:`StepRuntimeError` after ``max_events`` process resumptions, or after
+        ``max_idle_events`` in a row without progress (only nodes on a cycle ran, none touching memory:
+        tokens going round a feedback loop forever), naming the nodes that ran."""
         g = self.graph
         p = self.params
         depths = self.depths or capped_depths(g, p.fifo_depth, p.max_fifo_depth, self.ctx.bindings)
@@ -911,11 +915,24 @@ class Model:
         live = len(procs)
         heap, pop, push = self.heap, heapq.heappop, heapq.heappush
         memory = self.memory
+        cyclic = g.cyclic_nodes()
+        idle_procs = {p for p in procs if p.node.kind == "Output"
+                      or (p.node.name in cyclic and p.node.kind not in LOADS | STORES)}
+        idle, ran = 0, {}
         while heap:
             t, _, proc = pop(heap)
             gen = proc.gen
             if gen is None or proc.state is not None:
                 continue
+            if proc in idle_procs:
+                idle += 1
+                ran[proc] = ran.get(proc, 0) + 1
+                if idle > max_idle_events:
+                    raise StepRuntimeError(f"model: no progress in {idle:,} events: only {_ran_procs(ran)} ran, "
+                                           f"tokens going round a cycle without the program finishing")
+            elif idle and proc.node is not None:
+                idle = 0
+                ran.clear()
             self.now = memory.now = t        # the time stands while the process runs
             while True:
                 events += 1
@@ -973,6 +990,12 @@ class Model:
             bound=cycle_bound(self.matmul_flops, n_matmul, self.params.matmul_flops, nbytes, peak,
                               self.dram.requests),
         )
+
+
+def _ran_procs(ran: dict) -> str:
+    busy = sorted(ran.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{p.node.kind} '{p.node.name}'" for p, _ in busy[:8]) + \
+        (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
 
 
 def _deadlock(stuck, chans) -> StepDeadlockError:

@@ -5,8 +5,10 @@ Commands
 ``step-hdl metrics <workload> [params] [--json]``
     Symbolic metrics (off-chip bytes, on-chip bytes, FLOPs, operational
     intensity), substituted with the workload's sizes.
-``step-hdl run <workload> [params] [--seed-schedule N] [--json]``
-    Run the reference interpreter and compare the outputs with numpy.
+``step-hdl run <workload> [params] [--seed-schedule N] [--max-steps N] [--max-idle-steps N] [--json]``
+    Run the reference interpreter and compare the outputs with numpy; a program
+    whose tokens go round a cycle without finishing stops after the idle limit,
+    naming the nodes that ran.
 ``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
     The approximate performance model: cycles, off-chip traffic, bandwidth
     and compute utilization, busiest nodes (timing-only unless ``--values``).
@@ -56,6 +58,17 @@ from .workloads.registry import WORKLOADS, build
 
 
 GRAPH = "graph"
+
+
+def _positive_int(text: str) -> int:
+    """An argument that must be an integer >= 1 (argparse names the option and the value on failure)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
 #: commands that take a workload or a graph file (``step-hdl CMD GRAPH.json --inputs IN.npz``)
 GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "synth", "draw")
 
@@ -150,7 +163,7 @@ def cmd_run(args) -> int:
     from .metrics import metrics, observed_symbols
     w = _workload(args)
     t0 = time.perf_counter()
-    res = w.run(seed=args.seed_schedule)
+    res = w.run(seed=args.seed_schedule, max_steps=args.max_steps, max_idle_steps=args.max_idle_steps)
     wall = time.perf_counter() - t0
     bad = w.mismatches(res)
     sym = metrics(w.graph).subs({**w.subs, **observed_symbols(w.graph, res)}).offchip_bytes
@@ -334,9 +347,14 @@ def parser() -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "metrics", "symbolic metrics of a workload",
                           lambda p: p.add_argument("--symbolic", action="store_true",
                                                    help="keep dynamic sizes as symbols (no substitution)"))
-    _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy",
-                          lambda p: p.add_argument("--seed-schedule", type=int, default=None,
-                                                   help="shuffle the process schedule with this seed"))
+    def run_args(p):
+        p.add_argument("--seed-schedule", type=int, default=None, help="shuffle the process schedule with this seed")
+        p.add_argument("--max-steps", type=_positive_int, default=50_000_000,
+                       help="stop after this many interpreter steps (default: 50,000,000)")
+        p.add_argument("--max-idle-steps", type=_positive_int, default=1_000_000,
+                       help="stop after this many steps in a row with no progress: tokens going round a cycle "
+                            "(default: 1,000,000)")
+    _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy", run_args)
     def model_args(p):
         p.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")

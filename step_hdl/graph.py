@@ -330,6 +330,44 @@ class Graph:
                 visit(v)
         return out
 
+    def cyclic_nodes(self) -> frozenset:
+        """Names of the nodes on a cycle (closed with :meth:`feedback` and :meth:`bind`): the strongly
+        connected components of more than one node (Kosaraju, iterative)."""
+        succ: dict = {n: [] for n in self.nodes}
+        pred: dict = {n: [] for n in self.nodes}
+        for ref, consumer, _ in self.edges():
+            succ[ref.node.name].append(consumer)
+            pred[consumer].append(ref.node.name)
+        order, seen = [], set()
+        for start in self.nodes:
+            if start in seen:
+                continue
+            seen.add(start)
+            stack = [(start, iter(succ[start]))]
+            while stack:
+                node, it = stack[-1]
+                nxt = next((m for m in it if m not in seen), None)
+                if nxt is None:
+                    order.append(node)
+                    stack.pop()
+                else:
+                    seen.add(nxt)
+                    stack.append((nxt, iter(succ[nxt])))
+        comp: dict = {}
+        for root in reversed(order):
+            if root in comp:
+                continue
+            comp[root], todo = root, [root]
+            while todo:
+                for m in pred[todo.pop()]:
+                    if m not in comp:
+                        comp[m] = root
+                        todo.append(m)
+        sizes: dict = {}
+        for n, r in comp.items():
+            sizes[r] = sizes.get(r, 0) + 1
+        return frozenset(n for n, r in comp.items() if sizes[r] > 1)
+
     def topological_order(self) -> list[Op]:
         """Nodes in dependency order; edges out of a Feedback (cycle back edges) are ignored."""
         indeg = {n: 0 for n in self.nodes}

@@ -128,8 +128,13 @@ class RunResult:
         return int(sum(self.bytes_read.values()) + sum(self.bytes_written.values()))
 
 
+#: operators whose steps read or write off-chip memory: progress even on a cycle
+_MEMORY_KINDS = {"LinearOffChipLoad", "RandomOffChipLoad", "LinearOffChipStore", "RandomOffChipStore"}
+
+
 def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, bindings: dict | None = None,
-        seed: int | None = None, record: bool = True, max_steps: int = 50_000_000) -> RunResult:
+        seed: int | None = None, record: bool = True, max_steps: int = 50_000_000,
+        max_idle_steps: int = 1_000_000) -> RunResult:
     """Run ``graph`` on numpy data.
 
     Parameters
@@ -148,6 +153,12 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
         ``None`` for the deterministic schedule; an integer for a shuffled one.
     record : bool
         Keep every edge's tokens in ``result.edges``.
+    max_steps : int
+        Stop (a :class:`StepRuntimeError` naming the nodes that kept running) after this many steps.
+    max_idle_steps : int
+        Stop when this many steps in a row made no progress: only nodes on a cycle ran, none of them
+        touching memory, and no node finished (tokens going round a feedback loop forever). The error
+        names the nodes that ran. A long loop of pure computation may need more.
     """
     graph.validate()
     bind = _bindings(graph, tensors or {}, bindings or {})
@@ -165,7 +176,12 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
         ports = Ports(node, ins, outs, ctx)
         procs.append([node, node.run(ports), None])
 
-    steps = 0
+    # progress: a step of a node off every cycle (an Output aside), a memory access, a node finishing
+    cyclic = graph.cyclic_nodes()
+    idle_kind = {node.name: node.name in cyclic and node.kind not in _MEMORY_KINDS or node.kind == "Output"
+                 for node, _, _ in procs}
+    steps = last_progress = 0
+    ran: dict = {}              # node -> steps since the last progress
     live = procs
     while live:
         progressed = False
@@ -182,16 +198,29 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
                 proc[2] = next(gen)
             except StopIteration:
                 proc[1] = None
+                last_progress = steps
+                ran.clear()
             except StepRuntimeError:
                 raise
             except (ValueError, TypeError, IndexError, KeyError) as exc:
                 # malformed data reaching an operator: name the node instead of a bare traceback
                 raise StepRuntimeError(f"{where(node.kind, node.name)}: {type(exc).__name__}: {exc}") from exc
+            if idle_kind[node.name]:
+                ran[node] = ran.get(node, 0) + 1
+            else:
+                last_progress = steps
+                if ran:
+                    ran.clear()
         live = [p for p in live if p[1] is not None]
         if not progressed:
             raise _deadlock(live, channels)
+        if steps - last_progress > max_idle_steps:
+            raise StepRuntimeError(f"no progress in {steps - last_progress:,} steps: only {_ran(ran)} ran, tokens "
+                                   f"going round a cycle without the program finishing (max_idle_steps "
+                                   f"{max_idle_steps:,}; a longer loop of pure computation needs more)")
         if steps > max_steps:
-            raise StepRuntimeError(f"interpreter stopped after {max_steps} steps without finishing")
+            raise StepRuntimeError(f"interpreter stopped after {max_steps:,} steps without finishing (max_steps); "
+                                   f"the last to run: {_ran(ran) if ran else 'nodes off any cycle'}")
 
     leftovers = {ch.name: len(ch.queue) for ch in channels.values() if ch.queue}
     if leftovers:
@@ -200,6 +229,13 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
     return RunResult(memory=memory.arrays, outputs=ctx.outputs,
                      edges={ch.name: ch.log for ch in channels.values()} if record else {},
                      bytes_read=memory.bytes_read, bytes_written=memory.bytes_written, steps=steps)
+
+
+def _ran(ran: dict) -> str:
+    """The nodes that ran since the last progress, busiest first (at most eight)."""
+    busy = sorted(ran.items(), key=lambda kv: -kv[1])
+    names = ", ".join(f"{n.kind} '{n.name}' ({k:,} steps)" for n, k in busy[:8])
+    return names + (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
 
 
 def _deadlock(live, channels) -> StepDeadlockError:

@@ -579,6 +579,24 @@ def runtime_deadlock():
     run(deadlock_graph())
 
 
+def livelock_graph():
+    """A token that goes round a feedback loop forever: merged back with itself, copied, mapped, bound."""
+    g = Graph("loop")
+    g.tensor("x", 4, 4, "int16")
+    x = g.load("x", tile=(4, 4), out_shape=[1], stride=[1], name="lx")
+    fb = g.feedback(StreamType(Tile("int16", 4, 4), ("n",)), name="fb")
+    merged, sel = g.eager_merge([x, fb], rank=0, name="m")
+    a, b = g.broadcast(merged, 2, name="b")
+    g.bind(fb, g.map(a, "relu", name="f"))
+    g.output(b, name="o")
+    g.output(sel, name="s")
+    return g
+
+
+def runtime_livelock():
+    run(livelock_graph(), max_idle_steps=20_000)
+
+
 # --------------------------------------------------------------------------- library bugs (xfail)
 
 def same_stream_two_ports():
@@ -875,6 +893,9 @@ CASES = [
     Case("runtime-partition-selector-short", runtime_partition_short_sel, StepRuntimeError,
          ("Partition 'router' port 'sel'", "selector stream ended while input chunks remain"),
          ("Partition", "router")),
+    Case("runtime-livelock", runtime_livelock, StepRuntimeError,
+         ("no progress in 20,0", "steps: only", "EagerMerge 'm'", "Broadcast 'b'", "Map 'f'", "Feedback 'fb'",
+          "tokens going round a cycle without the program finishing (max_idle_steps 20,000"), ("EagerMerge", "m")),
     Case("runtime-deadlock", runtime_deadlock, StepDeadlockError,
          ("deadlock", "Partition 'route' waits on credit.out", "EagerMerge 'merge' waits on route.out0",
           "Feedback 'credit' waits on merge.sel", "ld.out (5 tokens)"), ("Partition", "route")),
@@ -976,7 +997,7 @@ def test_malformed_program_is_rejected(case: Case):
 
 
 # messages about several nodes at once: they name each node, but do not start with one
-GRAPH_WIDE = {"cycle-without-merge", "runtime-deadlock"}
+GRAPH_WIDE = {"cycle-without-merge", "runtime-deadlock", "runtime-livelock"}
 # rows where no node is involved (off-chip tensor declarations and run() arguments), or the
 # node's kind is what is wrong (unknown operator: the message names the node instead)
 NO_NODE = {"duplicate-tensor", "unknown-element-type", "negative-dimension", "json-unknown-operator",

@@ -346,3 +346,15 @@ def test_the_model_lays_tensors_out_as_the_program_does(routing):
         prep = prepare(w, 4)
         m = Model(w.graph, ModelParams.from_fabric(prep.design.fabric), w.tensors, w.streams)
         assert m.memory.base == {k: v[0] for k, v in prep.program.tensors.items()}, w.graph.name
+
+
+def test_a_token_going_round_a_cycle_forever_is_named():
+    """The model stops a program that makes no progress (only nodes on a feedback loop, touching no memory,
+    ran) and names them, where it ran for minutes to its event limit."""
+    from step_hdl import StepRuntimeError
+    from step_hdl.sim.model import Model
+    from test_errors import livelock_graph
+    m = Model(livelock_graph(), ModelParams(tile=4), {"x": np.ones((4, 4), np.int16)})
+    with pytest.raises(StepRuntimeError, match=r"model: no progress in 20,001 events: only .*EagerMerge 'm'.*"
+                                               r"tokens going round a cycle"):
+        m.run(max_idle_events=20_000)
