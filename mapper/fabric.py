@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from step_hdl.errors import StepError
+from step_hdl.errors import StepError, read_text
 from step_hdl.types import DTYPES, concrete, dyn, substitute
 
 from .fusion import counted_kinds
@@ -152,8 +152,11 @@ class Fabric:
 
     @classmethod
     def load(cls, path) -> "Fabric":
-        with open(path) as f:
-            return cls.from_json(f.read())
+        text = read_text(path, "fabric file", FabricError)
+        try:
+            return cls.from_json(text)
+        except FabricError as exc:
+            raise FabricError(f"fabric file {path}: {exc}") from None
 
 
 def needed_units(graph) -> dict[str, int]:

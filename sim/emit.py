@@ -30,7 +30,7 @@ import json
 import shutil
 from pathlib import Path
 
-from step_hdl.errors import StepError
+from step_hdl.errors import OutputError
 from step_hdl.mapper.design import buffer_bytes, built_units
 from step_hdl.mapper.top import FabricTop
 
@@ -101,10 +101,6 @@ FILES = ("top.v", "harness.v", "config.json", "fabric.json", "design.json", "map
          "test_fabric.py", "job.json", "run.py")
 #: the file that marks a folder as one :func:`build` wrote, which a later build may write again
 MARKER = ".step-hdl-build"
-
-
-class OutputError(StepError):
-    """An output path that cannot be written, or whose writing would overwrite files the user made."""
 
 
 def check_output_dir(out_dir, force: bool = False) -> Path:

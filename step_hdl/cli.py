@@ -60,14 +60,47 @@ from .workloads.registry import WORKLOADS, build
 GRAPH = "graph"
 
 
-def _positive_int(text: str) -> int:
-    """An argument that must be an integer >= 1 (argparse names the option and the value on failure)."""
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        """An argument that must be an integer >= ``low`` (argparse names the option and the value)."""
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        return v
+    return parse
+
+
+_positive_int, _natural_int = _int_at_least(1), _int_at_least(0)
+
+
+def _writable(path, option: str) -> None:
+    """An :class:`OutputError` for an output file that cannot be written (a folder, a missing folder), raised
+    before any work; ``-`` (stdout) and None pass."""
+    import os
+    from pathlib import Path
+    from .errors import OutputError
+    if path is None or path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"{option} {path}: is a folder; expected a file name")
+    parent = p.parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{option} {path}: the folder {parent} is not writable")
+
+
+def _positive_float(text: str) -> float:
     try:
-        v = int(text)
+        v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return v
 #: commands that take a workload or a graph file (``step-hdl CMD GRAPH.json --inputs IN.npz``)
 GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "synth", "draw")
@@ -303,6 +336,7 @@ def cmd_sim(args) -> int:
 
 
 def cmd_draw(args) -> int:
+    _writable(args.output, "-o")
     if args.workload == GRAPH:        # the graph alone: no inputs needed
         from .workloads.files import load_graph
         graph = load_graph(args.path)
@@ -319,6 +353,8 @@ def cmd_draw(args) -> int:
 
 def cmd_export(args) -> int:
     from .workloads.files import save_inputs
+    _writable(args.output, "-o")
+    _writable(args.inputs, "--inputs")
     w = _workload(args)
     _write(args.output, w.graph.dumps())
     if args.inputs:
@@ -348,7 +384,7 @@ def parser() -> argparse.ArgumentParser:
                           lambda p: p.add_argument("--symbolic", action="store_true",
                                                    help="keep dynamic sizes as symbols (no substitution)"))
     def run_args(p):
-        p.add_argument("--seed-schedule", type=int, default=None, help="shuffle the process schedule with this seed")
+        p.add_argument("--seed-schedule", type=_natural_int, default=None, help="shuffle the process schedule with this seed")
         p.add_argument("--max-steps", type=_positive_int, default=50_000_000,
                        help="stop after this many interpreter steps (default: 50,000,000)")
         p.add_argument("--max-idle-steps", type=_positive_int, default=1_000_000,
@@ -356,7 +392,7 @@ def parser() -> argparse.ArgumentParser:
                             "(default: 1,000,000)")
     _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy", run_args)
     def model_args(p):
-        p.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+        p.add_argument("--phys-tile", type=_positive_int, default=16, help="physical tile side (default: 16)")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
@@ -367,7 +403,7 @@ def parser() -> argparse.ArgumentParser:
             if action.dest == "dtype":
                 action.default = "int16"
                 action.help = "element type (default: int16; the hardware units take int8/int16/int32/bf16)"
-        p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
+        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         if sim:
@@ -404,6 +440,8 @@ def cmd_compare(args) -> int:
     from step_hdl.sim.compare import PAPER_SWIGLU, SWEEPS, CompareError, Point, compare, load_rtl_json, \
         run_rtl_points, swiglu_points
     name = args.workload
+    _writable(args.plot, "--plot")
+    _writable(args.save_rtl, "--save-rtl")
     if name == "swiglu":
         size = tuple(args.size) if args.size else PAPER_SWIGLU
         sweep = swiglu_points(size, args.phys_tile, args.dram or "paper")
@@ -465,9 +503,9 @@ def _add_compare_parser(sub):
         if name == "swiglu":
             wp.add_argument("--sweep", default="paper", choices=("paper",),
                             help="sweep (default: paper: B=64 H=256 I=512, tile_b x tile_inter)")
-            wp.add_argument("--size", type=int, nargs=3, metavar=("B", "H", "I"), default=None,
+            wp.add_argument("--size", type=_positive_int, nargs=3, metavar=("B", "H", "I"), default=None,
                             help="SwiGLU sizes (default: the paper's 64 256 512)")
-            wp.add_argument("--phys-tile", type=int, default=16, help="physical tile side (default: 16)")
+            wp.add_argument("--phys-tile", type=_positive_int, default=16, help="physical tile side (default: 16)")
         wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
                         help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
         wp.add_argument("--dram", default=None, choices=tuple(DRAM_PRESETS),
@@ -484,7 +522,7 @@ def _add_synth_parser(sub):
 
     def common(p):
         p.add_argument("--target", default="ecp5-85f", choices=tuple(TARGETS), help="FPGA (default: ecp5-85f)")
-        p.add_argument("--freq", type=float, default=100.0, help="clock constraint in MHz (default: 100)")
+        p.add_argument("--freq", type=_positive_float, default=100.0, help="clock constraint in MHz (default: 100)")
         p.add_argument("--no-place", action="store_true", help="synthesis only: resources, no Fmax")
         p.add_argument("--workdir", default=None, help="keep netlist, logs and reports here (default: a temp dir); "
                                                        "a rerun there skips the steps whose inputs did not change")
@@ -496,7 +534,7 @@ def _add_synth_parser(sub):
             if action.dest == "dtype":      # the FPGA flow's reference element type (like the unit report)
                 action.default = "int8"
                 action.help = "element type (default: int8; the hardware units take int8/int16/int32)"
-        p.add_argument("--phys-tile", type=int, default=4, help="physical tile side (default: 4)")
+        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         common(p)
 
@@ -507,7 +545,7 @@ def _add_synth_parser(sub):
     for name in unit_names():
         up = wsub.add_parser(name, help=f"the {name} unit", description=f"synthesize, place and route the "
                              f"{name} unit on an FPGA")
-        up.add_argument("--tile", type=int, default=4, help="physical tile side (default: 4)")
+        up.add_argument("--tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         up.add_argument("--dtype", default="int8", choices=("int8", "int16", "int32"),
                         help="element type (default: int8)")
         up.add_argument("--json", action="store_true", help="print one JSON object")
@@ -573,6 +611,10 @@ def main(argv=None) -> int:
         return 2
     except ValueError as exc:  # workload parameters that do not fit together
         print(f"step-hdl: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:     # sizes whose tensors do not fit this machine (numpy's allocation error)
+        print("step-hdl: error: out of memory: the sizes given need more memory than this machine has; give "
+              "smaller sizes", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()

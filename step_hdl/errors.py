@@ -47,6 +47,21 @@ class StepDeadlockError(StepRuntimeError):
         self.pending = pending
 
 
+class OutputError(StepError):
+    """An output path that cannot be written, or whose writing would overwrite files the user made."""
+
+
+def read_text(path, what: str, error=None) -> str:
+    """The text of file ``path``, or ``error`` (a :class:`StepError` class; default :class:`StepError`)
+    saying ``cannot read <what> '<path>': <reason>`` (missing, a folder, not text)."""
+    from pathlib import Path
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise (error or StepError)(f"cannot read {what} {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+
+
 def where(kind: str, name: str, port: str | None = None) -> str:
     """The ``Kind 'name'`` (or ``Kind 'name' port 'p'``) prefix of an error message."""
     return f"{kind} '{name}'" + (f" port '{port}'" if port else "")

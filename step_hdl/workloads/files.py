@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import StepError
+from ..errors import StepError, read_text
 from ..graph import Graph
 from ..types import dtype as make_dtype
 from .base import Workload
@@ -71,12 +71,7 @@ def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expecte
 
 def load_graph(graph_path) -> Graph:
     """Read a graph file (``Graph.dumps``'s JSON)."""
-    graph_path = Path(graph_path)
-    try:
-        text = graph_path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read graph file {str(graph_path)!r}: {getattr(exc, 'strerror', None) or exc}") \
-            from None
+    text = read_text(graph_path, "graph file", InputError)
     try:
         return Graph.from_json(text)
     except StepError as exc:

@@ -15,10 +15,19 @@ class Param:
     default: object
     help: str
     choices: tuple | None = None
+    #: the smallest value an integer parameter takes
+    minimum: int | None = None
 
     @property
     def dest(self) -> str:
         return self.flag.replace("-", "_")
+
+    def check(self, value):
+        """``value``, or a ValueError naming the parameter, the value and what it takes."""
+        if self.minimum is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                         or value < self.minimum):
+            raise ValueError(f"--{self.flag}: expected an integer >= {self.minimum}, got {value!r}")
+        return value
 
 
 def _swiglu(a) -> Workload:
@@ -40,13 +49,8 @@ def _moe(a) -> Workload:
 
 def _gqa(a) -> Workload:
     from .gqa import gqa_decode, scale_lengths
-    from .traces import kv_lengths, kv_traces
-    files = kv_traces(a.batch)
-    if a.kv_trace.isdigit():
-        path = files[int(a.kv_trace) % len(files)]
-    else:
-        path = a.kv_trace
-    lens = scale_lengths(kv_lengths(path, a.batch), a.scale)
+    from .traces import kv_lengths, kv_trace
+    lens = scale_lengths(kv_lengths(kv_trace(a.batch, a.kv_trace), a.batch), a.scale)
     return gqa_decode(lens, a.kv_heads, a.group, a.head_dim, a.regions, a.strategy, a.dtype, a.seed)
 
 
@@ -54,45 +58,48 @@ DTYPE_CHOICES = ("fp32", "bf16", "int8", "int16", "int32")
 
 WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
     "swiglu": (_swiglu, [
-        Param("batch", int, 64, "batch size B"),
-        Param("hidden", int, 256, "hidden size H"),
-        Param("inter", int, 512, "intermediate size I"),
-        Param("tile-b", int, 16, "batch tile tb"),
-        Param("tile-inter", int, 16, "intermediate tile ti"),
+        Param("batch", int, 64, "batch size B", minimum=1),
+        Param("hidden", int, 256, "hidden size H", minimum=1),
+        Param("inter", int, 512, "intermediate size I", minimum=1),
+        Param("tile-b", int, 16, "batch tile tb", minimum=1),
+        Param("tile-inter", int, 16, "intermediate tile ti", minimum=1),
         Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
-        Param("seed", int, 0, "seed of the random inputs"),
+        Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "SwiGLU layer (one MoE expert) with the paper's schedule"),
     "moe": (_moe, [
         Param("trace", str, "mixtral_b64", "routing trace", ("mixtral_b64", "mixtral_b1024", "qwen_b64",
                                                              "qwen_b1024")),
-        Param("tokens", int, 0, "use only the first N tokens of the trace (0 = all)"),
-        Param("hidden", int, 64, "hidden size (scaled down from the model's)"),
-        Param("inter", int, 128, "expert intermediate size (scaled down)"),
-        Param("tile-inter", int, 32, "intermediate tile"),
+        Param("tokens", int, 0, "use only the first N tokens of the trace (0 = all)", minimum=0),
+        Param("hidden", int, 64, "hidden size (scaled down from the model's)", minimum=1),
+        Param("inter", int, 128, "expert intermediate size (scaled down)", minimum=1),
+        Param("tile-inter", int, 32, "intermediate tile", minimum=1),
         Param("tiling", str, "dynamic", "token tiling", ("static", "dynamic")),
-        Param("tile", int, 16, "static token tile (rows)"),
-        Param("experts-per-region", int, 1, "experts sharing one region (time-multiplexing)"),
+        Param("tile", int, 16, "static token tile (rows)", minimum=1),
+        Param("experts-per-region", int, 1, "experts sharing one region (time-multiplexing)", minimum=1),
         Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
-        Param("seed", int, 0, "seed of the random inputs"),
+        Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "Mixture-of-Experts layer driven by a real routing trace"),
     "gqa": (_gqa, [
-        Param("batch", int, 16, "batch size of the KV trace (16, 64, 80)"),
+        Param("batch", int, 16, "batch size of the KV trace (16, 64, 80)", minimum=1),
         Param("kv-trace", str, "0", "KV trace: file name, or index into the sorted b<batch> files"),
-        Param("scale", int, 64, "divide KV lengths by this factor"),
-        Param("kv-heads", int, 1, "KV heads"),
-        Param("group", int, 4, "query heads per KV head"),
-        Param("head-dim", int, 16, "head dimension"),
-        Param("regions", int, 4, "parallel regions"),
+        Param("scale", int, 64, "divide KV lengths by this factor", minimum=1),
+        Param("kv-heads", int, 1, "KV heads", minimum=1),
+        Param("group", int, 4, "query heads per KV head", minimum=1),
+        Param("head-dim", int, 16, "head dimension", minimum=1),
+        Param("regions", int, 4, "parallel regions", minimum=1),
         Param("strategy", str, "dynamic", "parallelization", ("interleaved", "contiguous", "dynamic")),
         Param("dtype", str, "fp32", "element type (int8/int16: the fixed-point variant the hardware runs)",
               ("fp32", "bf16", "int8", "int16")),
-        Param("seed", int, 0, "seed of the random inputs"),
+        Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "grouped-query attention decode over a real KV-length trace"),
 }
 
 
 def build(name: str, args) -> Workload:
-    """Build workload ``name`` from an object with the workload's parameters as attributes."""
+    """Build workload ``name`` from an object with the workload's parameters as attributes (each checked
+    first: a ValueError names the parameter, what was given and what it takes)."""
+    for prm in WORKLOADS[name][1]:
+        prm.check(getattr(args, prm.dest))
     return WORKLOADS[name][0](args)
 
 

@@ -28,10 +28,16 @@ class TraceNotFound(StepError):
 
 
 def traces_dir() -> Path:
-    """The folder holding ``moe_expert_routing/`` and ``kv_cache_lengths/``."""
+    """The folder holding ``moe_expert_routing/`` and ``kv_cache_lengths/``: ``STEP_HDL_TRACES`` if set (and
+    then only that: a wrong folder is an error, not silently replaced), else ``../shared/traces``."""
+    env = os.environ.get("STEP_HDL_TRACES")
+    if env:
+        c = Path(env)
+        if (c / "moe_expert_routing").is_dir() or (c / "kv_cache_lengths").is_dir():
+            return c
+        raise TraceNotFound(f"STEP_HDL_TRACES={env}: no moe_expert_routing/ or kv_cache_lengths/ folder there "
+                            f"(expected the shared/traces folder)")
     candidates = []
-    if os.environ.get("STEP_HDL_TRACES"):
-        candidates.append(Path(os.environ["STEP_HDL_TRACES"]))
     candidates.append(Path(__file__).resolve().parents[2].parent / "shared" / "traces")
     candidates.append(Path.cwd().parent / "shared" / "traces")
     for c in candidates:
@@ -58,11 +64,24 @@ def model_of(trace: str) -> dict:
 
 def kv_traces(batch: int) -> list[Path]:
     """The KV-length trace files of one batch size (16, 64 or 80), sorted by spread."""
-    folder = traces_dir() / "kv_cache_lengths" / f"b{batch}"
+    base = traces_dir() / "kv_cache_lengths"
+    folder = base / f"b{batch}"
     files = sorted(folder.glob("*.npy"))
     if not files:
-        raise TraceNotFound(f"no KV-length traces in {folder}")
+        have = sorted(int(p.name[1:]) for p in base.glob("b*") if p.name[1:].isdigit())
+        raise TraceNotFound(f"no KV-length traces for batch {batch} in {base} (batches with traces: "
+                            f"{', '.join(map(str, have)) or 'none'})")
     return files
+
+
+def kv_trace(batch: int, which: str) -> Path:
+    """The KV-length trace ``which`` of batch ``batch``: an index into :func:`kv_traces` or a file name."""
+    files = kv_traces(batch)
+    if which.isdigit():
+        if int(which) >= len(files):
+            raise TraceNotFound(f"kv-trace {which}: batch {batch} has {len(files)} traces (0 to {len(files) - 1})")
+        return files[int(which)]
+    return Path(which)
 
 
 def kv_lengths(path_or_name, batch: int | None = None) -> np.ndarray:
