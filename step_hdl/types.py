@@ -117,7 +117,9 @@ def parse_dim(text: str) -> Dim:
     try:
         expr = sympy.sympify(cleaned, locals={**names, **_DIM_FUNCTIONS})
     except (sympy.SympifyError, SyntaxError, TypeError, AttributeError) as exc:
-        raise StepTypeError(f"cannot parse dimension {text!r}: {exc}") from None
+        # sympy's own message quotes its parser's internals; say what a dimension may be instead
+        raise StepTypeError(f"cannot parse dimension {text!r}: expected an integer >= 0, a name such as 'N' "
+                            f"(ragged: \"L'\") or an expression of them such as '4*N' or 'ceiling(N/4)'") from None
     if not isinstance(expr, sympy.Expr):
         raise StepTypeError(f"cannot parse dimension {text!r}: not an expression")
     if expr.is_number and (not expr.is_integer or expr < 0):

@@ -382,6 +382,12 @@ def bind_type():
     g.bind(fb, x)
 
 
+def bind_shape():
+    g, x = g_vec()                              # x is [4] of fp32[16,16]
+    fb = g.feedback(StreamType(Tile("fp32", 16, 16), (8,)), name="loop")
+    g.bind(fb, x)
+
+
 def bind_twice():
     g, x = g_vec()
     fb = g.feedback(StreamType(Tile("fp32", 16, 16), (4,)), name="loop")
@@ -648,6 +654,11 @@ def unnamed_node_fn_error():
 def map_stream_as_string():
     g, _ = g_vec()
     g.map("ld.out", "silu", name="act")
+
+
+def malformed_dimension():
+    g, _ = g_vec()
+    g.load("x", tile=(16, 16), out_shape=["N+"], stride=[1], name="ld2")
 
 
 def json_text_invalid():
@@ -919,6 +930,12 @@ CASES = [
          ("Map 'map0'", "unknown function 'gelu'"), ("Map", "map0")),
     Case("map-stream-given-as-string", map_stream_as_string, StepGraphError,
          ("Map 'act'", "expected a stream", "'ld.out'"), ("Map", "act")),
+    Case("bind-shape", bind_shape, StepShapeError,
+         ("Feedback 'loop'", "declared [8] of fp32[16,16]", "bound to ld.out of [4]", "dimension 0 is 4, expected 8"),
+         ("Feedback", "loop")),
+    Case("malformed-dimension", malformed_dimension, StepTypeError,
+         ("LinearOffChipLoad 'ld2'", "cannot parse dimension 'N+'", "expected an integer >= 0, a name"),
+         ("LinearOffChipLoad", "ld2"), absent=("Sympify", "SyntaxError", "<string>")),
     Case("json-invalid-text", json_text_invalid, StepGraphError, ("JSON",)),
     Case("json-no-nodes", json_no_nodes, StepGraphError, ("nodes",)),
     Case("json-nodes-not-a-list", json_nodes_not_list, StepGraphError, ("nodes",)),

@@ -168,6 +168,12 @@ class Feedback(Op):
         got = ref.type
         if got.dtype != want.dtype or got.rank != want.rank:
             raise StepShapeError(f"Feedback '{self.name}': declared {want}, bound to {ref.label} of {got}")
+        # symbolic sizes are only known at run time (a loop that never ends is caught there); two known
+        # sizes that differ are a mistake now
+        for i, (w, g) in enumerate(zip(want.shape, got.shape)):
+            if w.is_number and g.is_number and w != g:
+                raise StepShapeError(f"Feedback '{self.name}': declared {want}, bound to {ref.label} of {got} "
+                                     f"(dimension {i} is {g}, expected {w})")
         self.inputs["in"] = ref
 
     def run(self, io):
