@@ -22,6 +22,7 @@ from step_hdl.units.memport import BurstSplitter, MemPortShape, MemPortSignature
 from step_hdl.units.params import ParamError, positive
 
 from .dram_timing import DramParams
+from .faults import DramFaults, coin
 
 __all__ = ["MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
 
@@ -79,6 +80,11 @@ class DramModel(wiring.Component):
         those bytes): one tile of a row-tiled tensor is such a sub-word, so
         tensors of different physical tiles share one array densely. Its data
         bits above ``8 * port_bytes`` read as 0 and are ignored on writes.
+    faults : DramFaults, optional
+        Random latency jitter and back-pressure (:mod:`step_hdl.sim.faults`):
+        the *Timing* rules below then hold only with the extra random holds;
+        the *Semantics* always hold. None (default) or no fault: the exact
+        timing below, and the same logic as without the argument.
 
     Attributes
     ----------
@@ -177,9 +183,11 @@ class DramModel(wiring.Component):
     """
 
     def __init__(self, shape: MemPortShape, ports: int, params: DramParams, depth: int, init=(),
-                 resp_depth: int = 64, port_bytes=None):
+                 resp_depth: int = 64, port_bytes=None, faults: DramFaults | None = None):
         owner = "DramModel"
         try:
+            if faults is not None and not isinstance(faults, DramFaults):
+                raise ParamError(f"{owner}: faults must be a DramFaults or None, got {faults!r}")
             if not isinstance(shape, MemPortShape):
                 raise ParamError(f"{owner}: shape must be a MemPortShape, got {shape!r}")
             if not isinstance(params, DramParams):
@@ -221,6 +229,7 @@ class DramModel(wiring.Component):
         self.shape, self.ports, self.params = shape, ports, params
         self.depth, self.init, self.resp_depth = depth, init, resp_depth
         self.port_bytes = tuple(port_bytes)
+        self.faults = faults if faults is not None and faults.any else None
         members = {f"port{p}": In(MemPortSignature(shape)) for p in range(ports)}
         members.update({"load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
                         "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)})
@@ -334,9 +343,13 @@ class DramModel(wiring.Component):
             m.d.sync += warm.eq(1)
         comp = [warm & line_rd.data[c * entry] for c in range(C)]             # a block completes now
         comp_port = [line_rd.data[c * entry + 1:(c + 1) * entry] for c in range(C)]
+        f = self.faults
         for c, outstanding in enumerate(outstanding_of):
             # a block completing this cycle no longer counts against the limit (outstanding s .. s+latency-1)
-            m.d.comb += issue[c].eq(queues[c].r_rdy & free_of[c] & (outstanding < limit + comp[c]))
+            can_issue = queues[c].r_rdy & free_of[c] & (outstanding < limit + comp[c])
+            if f is not None:
+                can_issue &= ~coin(m, f, f.jitter, c, f"jitter{c}")
+            m.d.comb += issue[c].eq(can_issue)
             m.d.sync += outstanding.eq(outstanding + issue[c] - comp[c])
 
         # ---- per port: the sequencer, the response queue (meta: tag, write, first channel, blocks), the read
@@ -412,7 +425,10 @@ class DramModel(wiring.Component):
         for p, item in enumerate(items):
             m.submodules[f"mq{p}"] = mf = fifo.SyncFIFO(width=meta_l.size, depth=R)
             mq.append(mf)
-            m.d.comb += can[p].eq(item.valid & mf.w_rdy & ~self.load_en & (~h_valid[p] | finishing[p]))
+            ok = item.valid & mf.w_rdy & ~self.load_en & (~h_valid[p] | finishing[p])
+            if f is not None:
+                ok &= ~coin(m, f, f.refuse, 1000 + p, f"refuse{p}")
+            m.d.comb += can[p].eq(ok)
         writing = [Signal(name=f"writing{p}") for p in range(P)]
         for p, item in enumerate(items):
             m.d.comb += writing[p].eq(can[p] & item.payload.write)
@@ -504,8 +520,17 @@ class DramModel(wiring.Component):
                 m.d.comb += arrive.eq(comp[c] & (comp_port[c] == p))
                 checks.append(done + arrive >= need)
                 m.d.sync += done.eq(done + arrive - Mux(take, need, 0))
-            m.d.comb += [complete.eq(mq[p].r_rdy & Cat(*checks).all()),
-                         port.resp.valid.eq(complete),
+            m.d.comb += complete.eq(mq[p].r_rdy & Cat(*checks).all())
+            show = complete
+            if f is not None and f.hold:
+                # held back before it is shown, never withdrawn: once valid, valid until the transfer
+                shown = Signal(name=f"shown{p}")
+                show = complete & (shown | ~coin(m, f, f.hold, 2000 + p, f"hold{p}"))
+                with m.If(take):
+                    m.d.sync += shown.eq(0)
+                with m.Elif(show):
+                    m.d.sync += shown.eq(1)
+            m.d.comb += [port.resp.valid.eq(show),
                          port.resp.payload.rdata.eq(Mux(meta.write, 0, ring_data)),
                          port.resp.payload.tag.eq(meta.tag),
                          take.eq(port.resp.valid & port.resp.ready), mq[p].r_en.eq(take)]

@@ -33,6 +33,7 @@ from step_hdl.mapper.prepare import Prepared, tensor_of_words
 
 from .dram import DramModel
 from .dram_timing import DRAM_PRESETS, DramParams
+from .faults import DramFaults
 from .rtl import RtlError, build_root, to_verilog
 
 BACKENDS = ("amaranth", "verilator", "icarus")
@@ -53,7 +54,7 @@ class FabricHarness(wiring.Component):
     ``peek_addr``/``peek_data``.
     """
 
-    def __init__(self, design: Design, dram: DramParams, depth: int, init=()):
+    def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None):
         from amaranth.lib import stream
         self.design, self.dram_params, self.depth = design, dram, depth
         self.top = FabricTop(design)
@@ -68,7 +69,7 @@ class FabricHarness(wiring.Component):
         # a response slot for every request a unit may have in flight, so the memory never holds a port back
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
-                              port_bytes=[sh.word_bytes for sh in shapes] or None)
+                              port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults)
         super().__init__({"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
                           "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
                           "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
@@ -245,23 +246,29 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
 # ----------------------------------------------------------------------------- back-ends
 
 def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
-        progress: bool = False, waves: bool = False, raise_on_hang: bool = True) -> RtlResult:
-    """Simulate a prepared program; returns the measured :class:`RtlResult`."""
+        progress: bool = False, waves: bool = False, raise_on_hang: bool = True,
+        faults: DramFaults | None = None) -> RtlResult:
+    """Simulate a prepared program; returns the measured :class:`RtlResult`.
+
+    ``faults`` (:class:`~step_hdl.sim.faults.DramFaults`) makes the memory's latency and back-pressure random;
+    the outputs must not change, the cycles do."""
+    if faults is not None and not faults.any:
+        faults = None
     if isinstance(dram, str):
         if dram not in DRAM_PRESETS:
             raise RtlError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
         dram = DRAM_PRESETS[dram]
     if backend == "amaranth":
-        return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang)
+        return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults)
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang)
+    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults)
 
 
-def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
+def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults=None):
     from amaranth.sim import Simulator
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))    # wide FIFOs (toolchain notes)
-    h = FabricHarness(prep.design, dram, prep.depth(), prep.image)
+    h = FabricHarness(prep.design, dram, prep.depth(), prep.image, faults)
     names = prep.design.counter_names()
     out: dict = {}
 
@@ -318,17 +325,19 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang):
                    raise_on_hang=raise_on_hang, run_s=out["run_s"])
 
 
-def verilog_for(design: Design, dram: DramParams, depth: int) -> tuple[str, str, float]:
+def verilog_for(design: Design, dram: DramParams, depth: int,
+                faults: DramFaults | None = None) -> tuple[str, str, float]:
     """(Verilog text, top module name, seconds spent generating), cached by the structural hash."""
     import hashlib
-    key = hashlib.sha256(json.dumps([design.key(), dram.__dict__, depth]).encode()).hexdigest()[:12]
+    parts = [design.key(), dram.__dict__, depth] + ([dataclasses.asdict(faults)] if faults else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
     name = f"step_{key}"
     # the file is also keyed by the generator's source, so a changed module never reuses stale Verilog
     path = build_root() / "verilog" / f"{name}-{_source_fingerprint()}.v"
     if path.exists():
         return path.read_text(), name, 0.0
     t0 = time.time()
-    text = to_verilog(FabricHarness(design, dram, depth), name)
+    text = to_verilog(FabricHarness(design, dram, depth, faults=faults), name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text, name, time.time() - t0
@@ -343,10 +352,10 @@ def _source_fingerprint() -> str:
     return fingerprint(GENERATOR_MODULES)
 
 
-def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang):
+def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None):
     from .rtl import run_cocotb_module
     t0 = time.time()
-    text, top, gen_s = verilog_for(prep.design, dram, prep.depth())
+    text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults)
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps(prep.job(max_cycles)))
