@@ -230,8 +230,9 @@ class IndexFunctionAdapter(MapAdapter):
 
 
 class AccumAdapter(Adapter):
-    kinds = ("Accum",)
-    units = {"Accum": compute.Accum}
+    """Accum and Scan: one state tile updated per element (Scan emits it after each; it keeps no positions)."""
+    kinds = ("Accum", "Scan")
+    units = {"Accum": compute.Accum, "Scan": compute.Scan}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")

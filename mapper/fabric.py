@@ -238,7 +238,7 @@ def sympy_prod(dims):
 def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **overrides) -> Fabric:
     """The smallest fabric that fits ``graph`` (already lowered to ``tile x tile``).
 
-    On-chip buffers are sized (power-of-two entries, double-buffered) for the
+    ``max_rank`` is the highest rank of any stream (at least the default, 4). On-chip buffers are sized (power-of-two entries, double-buffered) for the
     largest Bufferize outside the tile pools, each tile pool (``pools``, the
     default) for its bound (:mod:`step_hdl.mapper.pools`), and Accum position
     memories for the largest ``keep``.
@@ -251,7 +251,8 @@ def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **override
     kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",),
               sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings, pooled)),
               accum_positions=_pow2(max(1, keep_positions(graph, bindings))),
-              pool_pages=max([p.bound for p in pools] or [0]))
+              pool_pages=max([p.bound for p in pools] or [0]),
+              max_rank=max([Fabric.max_rank] + [t.rank for n in graph.nodes.values() for t in n.out_types.values()]))
     kw.update(overrides)
     return Fabric(**kw)
 

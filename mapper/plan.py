@@ -193,7 +193,12 @@ def configure(design: Design, graph: Graph, bindings=None, tensor_order=None,
     config = []
     for k, u in enumerate(design.units):
         unit = made[u.name]
-        words = adapter_of_unit(u.cls).configure(unit, graph.nodes[u.nodes[0]], graph, ctx)
+        node = graph.nodes[u.nodes[0]]
+        try:
+            words = adapter_of_unit(u.cls).configure(unit, node, graph, ctx)
+        except ParamError as exc:
+            raise FabricError(f"{node.kind} '{node.name}': its unit cannot be configured for it on this fabric: "
+                              f"{exc}") from None
         if "start" in unit.regs.index:
             start = unit.regs.index["start"]
             words = [w for w in words if w & 0xFF != start]     # the top's start pulse writes it

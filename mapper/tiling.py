@@ -825,6 +825,25 @@ class _Lowering:
         self.out(node, "out", self.g.accum(self.ref(node.inputs["in"]), upd, new_init, rank=node.p("rank"),
                                            keep=2, name=node.name))
 
+    def _Scan(self, node):
+        upd, init = node.p("update"), node.p("init")
+        where = f"Scan '{node.name}'"
+        if upd.name not in ("add", "max") or init.name not in ("zeros", "lowest"):
+            raise TilingError(f"{where}: only add/max scans from zeros/lowest are supported by hierarchical "
+                              f"tiling yet")
+        pr, pc, rb, cb = self.phys(node._state, where, self.is_counted(node))
+        if (pr, pc, rb, cb) != self.phys_in(node, "in", where):
+            raise TilingError(f"{where}: an element {node.t('in').dtype} broadcast into the state "
+                              f"{node._state} is not supported by hierarchical tiling yet")
+        if (rb, cb) != (1, 1):
+            # each of the rb x cb physical tiles would need its own running state (the Scan unit keeps one)
+            raise TilingError(f"{where}: a scan of {node.t('in').dtype} tiles ({rb}x{cb} physical {self.P}x"
+                              f"{self.P} tiles each) is not supported yet; scans of one physical tile are")
+        # [..., n, 1, 1]: the block's two dimensions of 1 end in stops below the scan's rank, which pass through
+        new_init = fn(init.name, rows=pr, cols=pc, dtype=init.param("dtype"))
+        self.out(node, "out", self.g.scan(self.ref(node.inputs["in"]), upd, new_init, rank=node.p("rank") + 2,
+                                          name=node.name))
+
 
 def tile_physical(graph: Graph, P: int, name: str | None = None) -> Graph:
     """Lower ``graph`` to ``P x P`` physical tiles (see the module docstring)."""

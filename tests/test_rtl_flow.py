@@ -8,7 +8,7 @@ import pytest
 
 from step_hdl import Graph, StepDeadlockError, fn
 from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
-from step_hdl.mapper.tiling import TilingError
+from step_hdl.mapper.tiling import TilingError, tile_physical
 from step_hdl.mapper.plan import plan
 from step_hdl.metrics import metrics
 from step_hdl.flow import model, prepare, run_rtl as run, shared_fabric
@@ -76,6 +76,12 @@ def test_graph_that_does_not_fit_the_fabric():
     with pytest.raises(FabricError, match=r"needs 6 Map unit\(s\) \(gate_requant, .*\); the fabric has 2\n"
                                          r"  the graph needs 3 MatMul unit\(s\) \(gate_proj, up_proj, down_proj\)"):
         prepare(w, small)
+    import dataclasses
+    shallow = dataclasses.replace(fabric_for(tile_physical(w.graph, 4), 4, "int16"), max_rank=2)
+    with pytest.raises(FabricError, match="LinearOffChipLoad 'load_x': its unit cannot be configured for it on "
+                                          "this fabric: LinearOffChipLoad: 0 ref \\+ 4 out dimensions do not fit "
+                                          "max_dims 3 / max_rank 2"):
+        prepare(w, shallow)
 
 
 def test_unsupported_function_and_operator_are_named():
@@ -84,15 +90,6 @@ def test_unsupported_function_and_operator_are_named():
     with pytest.raises(FabricError, match="Map 'silu' needs function 'silu'; the fabric's Map units support "
                                           "matmul, mul, requantize"):
         prepare(w, fab)
-    g = Graph("scan")
-    g.tensor("a", 8, 8, "int16")
-    g.tensor("b", 8, 8, "int32")
-    x = g.load("a", tile=(4, 4), out_shape=[2, 2], stride=[2, 1], name="load_a")
-    g.store(g.scan(x, "add", fn("zeros", rows=4, cols=4, dtype="int32"), rank=1, name="prefix"), "b",
-            tile=(4, 4), name="store_b")
-    wf = Workload(g, {"a": np.ones((8, 8), np.int16)}, {}, {}, make_dtype("int16"))
-    with pytest.raises(TilingError, match="Scan 'prefix': hierarchical tiling does not support this operator"):
-        prepare(wf, 4)
     g = Graph("pair")                   # already in physical tiles: [1, 1] scalars
     g.tensor("a", 4, 1, "int32")
     g.tensor("b", 4, 2, "int32")
@@ -481,6 +478,28 @@ def test_relu_layer_bit_exact_on_amaranth():
     assert np.array_equal(interp_run(g, t).memory["y"], want) and (want == 0).sum() > 10
     res = run(prepare(Workload(g, t, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
     assert res.outputs_match, res.mismatches
+
+
+@pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest")])
+def test_scan_bit_exact_on_amaranth(update, init):
+    """A scan over each row of 4x4 tiles (its running sum or maximum stored after every tile) runs in RTL as
+    the interpreter computes it."""
+    from step_hdl.interp import run as interp_run
+    g = Graph("scan")
+    g.tensor("a", 8, 12, "int16")
+    g.tensor("b", 8, 12, "int32")
+    x = g.load("a", tile=(4, 4), out_shape=[2, 3], stride=[3, 1], name="load_a")
+    g.store(g.scan(x, update, fn(init, rows=4, cols=4, dtype="int32"), rank=1, name="prefix"), "b",
+            tile=(4, 4), name="store_b")
+    a = {"a": np.random.default_rng(5).integers(-32768, 32767, (8, 12)).astype(np.int16)}
+    want = interp_run(g, a).memory["b"]
+    op = np.cumsum if update == "add" else np.maximum.accumulate
+    ref = np.concatenate([op(a["a"][r:r + 4].astype(np.int64).reshape(4, 3, 4), axis=1).reshape(4, 12)
+                          for r in (0, 4)])
+    assert np.array_equal(want, ref)
+    res = run(prepare(Workload(g, a, {}, {"b": want}, make_dtype("int16")), 4), "amaranth")
+    assert res.outputs_match, res.mismatches
+    assert np.array_equal(res.outputs["b"], want)
 
 
 @pytest.mark.parametrize("rows, cols", [(8, 8), (8, 16), (12, 8), (4, 4), (6, 8), (1, 8)])

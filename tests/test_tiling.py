@@ -38,7 +38,14 @@ def test_unsupported_operator_is_named():
     g.tensor("x", 8, 8, "int16")
     x = g.load("x", tile=(8, 8), out_shape=[1, 1], stride=[1, 1])
     g.output(g.scan(x, "add", fn("zeros", rows=8, cols=8, dtype="int32"), name="sc"))
-    with pytest.raises(TilingError, match="Scan 'sc': hierarchical tiling does not support this operator yet"):
+    with pytest.raises(TilingError, match=r"Scan 'sc': a scan of int16\[8,8\] tiles \(2x2 physical 4x4 tiles each\) "
+                                          r"is not supported yet; scans of one physical tile are"):
+        tile_physical(g, 4)
+    g = Graph("t")
+    g.tensor("x", 8, 8, "int16")
+    x = g.load("x", tile=(4, 4), out_shape=[2, 2], stride=[2, 1])
+    g.output(g.scan(x, "sub", fn("zeros", rows=4, cols=4, dtype="int32"), name="sc"))
+    with pytest.raises(TilingError, match="Scan 'sc': only add/max scans from zeros/lowest are supported"):
         tile_physical(g, 4)
 
 
