@@ -70,6 +70,10 @@ class Fabric:
     pool_pages : int
         Pages of each tile pool; 0: each pool has the pages its bound says
         (:func:`fabric_for` writes the largest bound here).
+    watchdog : int
+        Cycles with no token or memory transfer anywhere after which a running
+        fabric raises ``hung`` (the simulation then reports a deadlock naming
+        the channels that hold tokens).
     """
 
     tile: int = 16
@@ -88,12 +92,13 @@ class Fabric:
     burst_bytes: int = 64
     pools: bool = True
     pool_pages: int = 0
+    watchdog: int = 4096
 
     def __post_init__(self):
         object.__setattr__(self, "units", dict(sorted(self.units.items())))
         object.__setattr__(self, "map_functions", tuple(self.map_functions))
         for name in ("tile", "fifo_depth", "sram_bytes", "memory_ports", "max_rank", "mem_inflight",
-                     "accum_positions", "max_fifo_depth"):
+                     "accum_positions", "max_fifo_depth", "watchdog"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise FabricError(f"fabric: {name} must be an integer >= 1, got {v!r}")
@@ -130,7 +135,9 @@ class Fabric:
                 "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank,
                 "mem_inflight": self.mem_inflight, "matmul_rows": self.matmul_rows,
                 "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth,
-                "burst_bytes": self.burst_bytes, "pools": self.pools, "pool_pages": self.pool_pages}
+                "burst_bytes": self.burst_bytes, "pools": self.pools, "pool_pages": self.pool_pages,
+                # (only when not the default: the Verilog cache keys of existing designs stay as they were)
+                **({"watchdog": self.watchdog} if self.watchdog != 4096 else {})}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -271,6 +278,6 @@ def merge(fabrics) -> Fabric:
     fns = tuple(sorted({x for f in fabrics for x in f.map_functions}))
     big = {k: max(getattr(f, k) for f in fabrics) for k in ("fifo_depth", "sram_bytes", "memory_ports", "max_rank",
                                                            "mem_inflight", "accum_positions", "max_fifo_depth",
-                                                           "burst_bytes", "pool_pages")}
+                                                           "burst_bytes", "pool_pages", "watchdog")}
     return Fabric(tile=first.tile, dtype=first.dtype, acc_dtype=first.acc_dtype, units=units, map_functions=fns,
                   matmul_rows=first.matmul_rows, pools=all(f.pools for f in fabrics), **big)

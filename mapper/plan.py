@@ -107,7 +107,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
     for made_unit in made.values():
         made_unit._MustUse__silence = True
-    design = Design(name, fabric, tuple(units), tuple(edges), sinks=tuple(sinks),
+    design = Design(name, fabric, tuple(units), tuple(edges), watchdog=fabric.watchdog, sinks=tuple(sinks),
                     pools=tuple(_pool_spec(p, fabric, made, node_unit) for p in pools))
     built_units(design, made)
     program = configure(design, graph, bindings, tensor_order, sources)

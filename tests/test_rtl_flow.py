@@ -145,6 +145,16 @@ def test_deadlock_names_the_stuck_channels():
                                        r"tokens:.*fan\.out0 -> gate\.i0: \d+ token\(s\) not taken") as err:
         run(prep, "amaranth")
     assert isinstance(err.value, StepDeadlockError) and err.value.pending["fan.out0"] > 0
+    # the watchdog's idle window is the fabric's: a shorter one stops the same deadlock sooner
+    quick = prepare(w, shared_fabric([w], 4, max_fifo_depth=2, watchdog=64))
+    assert quick.design.watchdog == 64 and Fabric.from_json(quick.design.fabric.to_json()).watchdog == 64
+    with pytest.raises(Deadlock, match="moved for 64 cycles") as err2:
+        run(quick, "amaranth")
+    import re
+    stopped = [int(re.search(r"stopped after (\d+) cycles", str(e.value)).group(1)) for e in (err, err2)]
+    assert stopped[1] < stopped[0] - 4000, stopped
+    with pytest.raises(FabricError, match="fabric: watchdog must be an integer >= 1, got 0"):
+        Fabric(tile=4, watchdog=0)
 
 
 def test_design_json_and_config_report(reduced_sweep, tmp_path):
