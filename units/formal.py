@@ -102,8 +102,8 @@ class ContractHarness(Elaboratable):
                  start: int | None = None, agree=()):
         self.dut, self.cfg_cycles, self.max_rank, self.track = dut, cfg_cycles, max_rank, track
         self.inner, self.start, self.agree = dict(inner or {}), start, tuple(agree)
-        self.ports: list[Signal] = []
-        self.checks: list[str] = []
+        self.ports: list[Signal] = []       # the free inputs (top-level ports of the proof)
+        self.checks: list[str] = []         # the assertions' names, after elaboration
         self.covers: list[str] = []
 
     def _free(self, shape, name):
@@ -112,6 +112,10 @@ class ContractHarness(Elaboratable):
         return s
 
     def elaborate(self, platform):
+        # collected afresh on each elaboration, in the same lists: prove() hands ``ports`` to the converter
+        # before it elaborates
+        for collected in (self.ports, self.checks, self.covers):
+            collected.clear()
         m = Module()
         m.submodules.dut = dut = self.dut
         cyc = Signal(range(self.cfg_cycles + 2))
