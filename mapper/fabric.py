@@ -74,6 +74,13 @@ class Fabric:
         Cycles with no token or memory transfer anywhere after which a running
         fabric raises ``hung`` (the simulation then reports a deadlock naming
         the channels that hold tokens).
+    pipeline : bool
+        Pipeline registers inside the compute units' deep functions
+        (:mod:`step_hdl.units.pipeline`): the integer matmul's operands,
+        products (and in the MatMul unit its tile sums), SiLU's and exp's
+        steps. Each stage adds a cycle of latency at the same II (the model
+        counts it); ``docs/fpga-units.md`` has the clock it buys. False: every
+        function is combinational in front of its unit's output register.
     """
 
     tile: int = 16
@@ -93,6 +100,7 @@ class Fabric:
     pools: bool = True
     pool_pages: int = 0
     watchdog: int = 4096
+    pipeline: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "units", dict(sorted(self.units.items())))
@@ -108,6 +116,8 @@ class Fabric:
         for kind, n in self.units.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise FabricError(f"fabric: unit count for {kind!r} must be an integer >= 0, got {n!r}")
+        if not isinstance(self.pipeline, bool):
+            raise FabricError(f"fabric: pipeline must be true or false, got {self.pipeline!r}")
         if not isinstance(self.pools, bool):
             raise FabricError(f"fabric: pools must be true or false, got {self.pools!r}")
         if isinstance(self.pool_pages, bool) or not isinstance(self.pool_pages, int) or self.pool_pages < 0:
@@ -137,7 +147,8 @@ class Fabric:
                 "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth,
                 "burst_bytes": self.burst_bytes, "pools": self.pools, "pool_pages": self.pool_pages,
                 # (only when not the default: the Verilog cache keys of existing designs stay as they were)
-                **({"watchdog": self.watchdog} if self.watchdog != 4096 else {})}
+                **({"watchdog": self.watchdog} if self.watchdog != 4096 else {}),
+                **({"pipeline": True} if self.pipeline else {})}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)

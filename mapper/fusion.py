@@ -109,19 +109,20 @@ def counted_kinds(graph: Graph) -> dict[str, int]:
     return need
 
 
-def unit_latency(graph: Graph, head: str, kind: str) -> int:
-    """The declared pipeline latency (``StepUnit.latency``) of the unit that node ``head`` of ``graph`` heads
-    (``kind``: its :func:`units` kind); 0 for a node no unit class runs."""
+def unit_latency(graph: Graph, head: str, kind: str, pipeline: bool = False) -> int:
+    """The declared pipeline latency (``StepUnit.latency_of``) of the unit that node ``head`` of ``graph``
+    heads (``kind``: its :func:`units` kind) on a fabric with or without ``pipeline``; 0 for a node no unit
+    class runs."""
     from .adapters import adapter_for
     node = graph.nodes[head]
     adapter = adapter_for(node, kind)
     if adapter is None or not adapter.units:
         return 0
     cls = adapter.units.get(adapter.unit_name(node))
-    return getattr(cls, "latency", 0)
+    return cls.latency_of(node, pipeline) if cls is not None else 0
 
 
-def chain_latency(lowered: Graph) -> dict[str, int]:
+def chain_latency(lowered: Graph, pipeline: bool = False) -> dict[str, int]:
     """Per node of the graph ``lowered`` was lowered from (``lowered.origin``, set by
     :func:`~step_hdl.mapper.tiling.tile_physical`): the cycles a token spends in the pipeline of the units
     the lowering made of it beyond one, on the slowest path through them: a FIFO (a cycle) into each unit
@@ -130,7 +131,7 @@ def chain_latency(lowered: Graph) -> dict[str, int]:
     origin = getattr(lowered, "origin", {})
     heads, weight = {}, {}
     for head, (kind, nodes) in units(lowered).items():
-        weight[head] = unit_latency(lowered, head, kind)
+        weight[head] = unit_latency(lowered, head, kind, pipeline)
         for n in nodes:
             heads[n] = head
     succ: dict = {}

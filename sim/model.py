@@ -149,6 +149,8 @@ class ModelParams:
     mem_inflight: int = 64
     dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
     max_fifo_depth: int = 64
+    #: the fabric's ``pipeline``: the compute units' function stages, each a cycle of latency
+    pipeline: bool = False
 
     @classmethod
     def from_fabric(cls, fabric, dram: DramParams | str = "paper") -> "ModelParams":
@@ -159,7 +161,8 @@ class ModelParams:
                 raise StepRuntimeError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
             dram = DRAM_PRESETS[dram]
         return cls(tile=fabric.tile, dtype=fabric.dtype, fifo_depth=fabric.fifo_depth,
-                   mem_inflight=fabric.mem_inflight, dram=dram, max_fifo_depth=fabric.max_fifo_depth)
+                   mem_inflight=fabric.mem_inflight, dram=dram, max_fifo_depth=fabric.max_fifo_depth,
+                   pipeline=fabric.pipeline)
 
     @property
     def matmul_flops(self) -> int:
@@ -673,7 +676,7 @@ class Model:
         self._info: dict = {}
         self.P = params.tile
         self.counted = counted_streams(graph, self.P) if self.P else frozenset()
-        self.chain = chain_latency(lowered) if lowered is not None else {}
+        self.chain = chain_latency(lowered, params.pipeline) if lowered is not None else {}
         self.indices = getattr(lowered, "indices", frozenset())
 
     # -- cost rules

@@ -58,6 +58,12 @@ class StepUnit(wiring.Component):
     #: the FIFO cycle between units (``mapper.fusion.chain_latency``).
     latency = 0
 
+    @classmethod
+    def latency_of(cls, node, pipeline: bool = False) -> int:
+        """:attr:`latency` of the unit built for the language node ``node`` on a fabric with (``pipeline``) or
+        without pipelined functions (where it depends on those, a unit class says how)."""
+        return cls.latency
+
     def __init__(self, params):
         self.params = params
         self.fmts: dict[str, tuple[bool, TokenFormat]] = self.formats()

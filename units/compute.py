@@ -10,8 +10,8 @@ parameters, so one build serves several programs.
 ======================  =======  ===========================  ==========================================
 unit                    latency  II                           resources (beyond registers)
 ======================  =======  ===========================  ==========================================
-Map                     1        1 (matmul folded: ``M/g``)   the functions' logic, side by side;
-                                                              matmul ``M·K·N`` (``g·K·N``) multipliers
+Map                     1 (+     1 (matmul folded: ``M/g``)   the functions' logic, side by side;
+                        stages)                               matmul ``M·K·N`` (``g·K·N``) multipliers
 Accum (add/max)         1        1; 2 for ``S_k``, ``k > b``  one 32-bit adder/comparator per element
 Accum (retile_row)      1        1; 2 for ``S_k``, ``k > b``  row-block write enables
 Accum (keep ``q > 0``)  2        1; emission overlapped       two banks of ``P`` state tiles and ``P``
@@ -20,6 +20,7 @@ Scan (add/max)          1        1                            one 32-bit adder/c
 FlatMap                 0        ``R + 1`` / ``count + 1``    StopMerger, 32-bit counter (range)
 ======================  =======  ===========================  ==========================================
 
+A Map built with ``pipeline`` adds its functions' ``stages`` (:mod:`step_hdl.units.pipeline`).
 All outputs of Map/Accum/Scan are registered (``o.valid`` is a flip-flop);
 their ``i.ready`` is combinational in ``o.ready`` (put a BackwardSlice or
 Queue in front to cut the ready path). FlatMap's output is combinational from
@@ -47,6 +48,7 @@ from .functions import HW_FUNCTIONS, TileVal, UPDATES, as_fn, hw_fn, update_elem
 from .layout import TileFormat, TokenFormat, has_short, tile_elems, token_short
 from .merger import StopMerger
 from .params import ParamError, StreamParams
+from .pipeline import NO_PIPE, Pipe
 
 __all__ = ["MapParams", "Map", "AccumParams", "Accum", "Scan", "FlatMapParams", "FlatMap"]
 
@@ -126,6 +128,7 @@ class MapParams(StreamParams):
     matmul_rows: int | None = None
     matmul_transpose_a: bool | None = None
     matmul_groups: bool = False
+    pipeline: bool = False
 
     def hw(self, name: str):
         """The hardware function ``name`` as this build makes it."""
@@ -149,6 +152,8 @@ class MapParams(StreamParams):
             _unit_dtype(self.owner, "in1_dtype", self.in1_dtype)
         if self.out_dtype is not None:
             _unit_dtype(self.owner, "out_dtype", self.out_dtype)
+        if not isinstance(self.pipeline, bool):
+            raise ParamError(f"{self.owner}: pipeline must be true or false, got {self.pipeline!r}")
         if not isinstance(self.matmul_groups, bool):
             raise ParamError(f"{self.owner}: matmul_groups must be true or false, got {self.matmul_groups!r}")
         if self.matmul_groups and "matmul" not in self.fns:
@@ -207,6 +212,14 @@ class MapParams(StreamParams):
         return self.rows // (self.matmul_rows or self.rows)
 
     @property
+    def stages(self) -> int:
+        """Pipeline stages in front of the output register (``units.pipeline``): with ``pipeline``, the most
+        any supported function cuts its logic into; none for a folded matmul (its passes are its pipeline)."""
+        if not self.pipeline or self.matmul_passes > 1:
+            return 0
+        return max(self.hw(n).stages(self.in0_tile) for n in self.fns)
+
+    @property
     def multipliers(self) -> int:
         """Hardware multipliers of the build (every supported function is built; a folded
         matmul has ``matmul_rows·K·N``)."""
@@ -225,7 +238,9 @@ class Map(StepUnit):
     ``g`` output rows per cycle: ``g·K·N`` multipliers, II ``M/g`` cycles per
     tile pair (the operands are held and the earlier row groups kept in an
     ``M·N`` int32 register), latency ``M/g``. Every other function: II 1.
-    ``params.multipliers`` counts a build's multipliers.
+    ``params.multipliers`` counts a build's multipliers. With ``params.pipeline`` the
+    deep functions (integer matmul, SiLU, exp) are cut into ``params.stages`` stages
+    (:mod:`step_hdl.units.pipeline`), all moving when the output register is free.
 
     Registers: ``fn`` (index into ``params.fns``) and the functions' own
     (``shift``, ``frac``, ``transpose``, ``transpose_a``, ``scale``, ``offset``).
@@ -234,15 +249,14 @@ class Map(StepUnit):
     the same stop structure (the tokens of ``i1`` are consumed with those of
     ``i0``; a mismatch is a program error that the hardware does not detect).
 
-    Latency 1 (registered output; ``M/g`` for a folded matmul), II 1 (see
-    above). Combinational: ready only (``i0.ready``/``i1.ready`` from
+    Latency ``1 + params.stages`` (registered output; ``M/g`` for a folded
+    matmul), II 1 (see above). Combinational: ready only (``i0.ready``/``i1.ready`` from
     ``o.ready``, the other input's valid and ``i0``'s stop level);
     data and valid are registered (the function is evaluated in front of the
     output register).
     """
 
     kind = "Map"
-    latency = 1
     params_cls = MapParams
 
     def __init__(self, params: MapParams):
@@ -306,9 +320,21 @@ class Map(StepUnit):
                     m.d.sync += [tile_elems(partial)[g * width + j].eq(v) for j, v in enumerate(group)]
         return [tile_elems(partial)[j] for j in range((passes - 1) * width)] + group
 
-    def _result(self, m):
-        """``(res, use1, phase)``: the selected function's result tile (combinational, with ``i0``'s valid
-        rows), whether it takes ``i1``, and a folded matmul's pass counter (None when not folded)."""
+    @property
+    def latency(self) -> int:
+        """Cycles from an operand pair taken to its result valid: the output register and the pipeline's
+        stages (``params.stages``); a folded matmul's ``M/g``."""
+        return 1 + self.params.stages
+
+    @classmethod
+    def latency_of(cls, node, pipeline: bool = False) -> int:
+        """The latency of the unit built for the Map node ``node`` (a folded matmul's aside)."""
+        return 1 + (HW_FUNCTIONS[node.p("fn").name].stages(node.t("in0").dtype) if pipeline else 0)
+
+    def _result(self, m, pipe=NO_PIPE):
+        """``(res, use1, phase)``: the selected function's result tile (with ``i0``'s valid rows), whether
+        it takes ``i1``, and a folded matmul's pass counter (None when not folded). ``pipe``: the stages of
+        ``params.stages``: the result is that of the operands ``pipe.depth`` advances ago."""
         p = self.params
         regs = self.regs.signals
         i0, o = self.i0, self.o
@@ -332,16 +358,22 @@ class Map(StepUnit):
                         # rows as the neutral value, not as whatever the buffer left there
                         down = name in ("col_sum", "col_max") or (name == "matmul" and p.matmul_transpose_a)
                         ma, mb = (_valid_rows(a, i0, name), _valid_rows(b, i1, name)) if down else (a, b)
-                        elems = hf.build(m, ma, mb if hf.arity == 2 else None, out_tile, regs)
+                        fn_pipe = Pipe(m, pipe.en, pipe.depth, f"{name}_") if pipe.depth else NO_PIPE
+                        kw = {"pipe": fn_pipe} if hf.stages(p.in0_tile) else {}
+                        elems = fn_pipe.finish(hf.build(m, ma, mb if hf.arity == 2 else None, out_tile, regs,
+                                                        **kw), f"{name}_pad")
                     m.d.comb += [tile_elems(res)[j].eq(v) for j, v in enumerate(elems)]
                     m.d.comb += use1.eq(hf.arity == 2)
         if has_short(res):
             # the result has i0's rows (a transpose_a matmul's rows are i0's columns: all valid)
             rows_of_i0 = ~regs["transpose_a"] if "transpose_a" in regs else Const(1)
-            m.d.comb += res.short.eq(Mux(rows_of_i0, token_short(i0.payload.payload), 0))
+            short, = pipe.delay([token_short(i0.payload.payload)], "short")
+            m.d.comb += res.short.eq(Mux(rows_of_i0, short, 0))
         return res, use1, phase
 
     def elaborate(self, platform):
+        if self.params.stages:
+            return self._elaborate_pipelined()
         m = Module()
         p = self.params
         self.regs.elaborate(m, self.cfg)
@@ -371,6 +403,37 @@ class Map(StepUnit):
             m.d.sync += o.valid.eq(0)
         with m.If(fire):
             m.d.sync += [o.valid.eq(1), o.payload.stop.eq(i0.payload.stop), o.payload.done.eq(i0.payload.done),
+                         o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
+        return m
+
+    def _front(self, m, advance):
+        """The pipeline in front of the output register, moving when ``advance`` is high: ``(res, valid,
+        stop, done, is_data)`` of the token in its last stage (``res`` its result tile)."""
+        p = self.params
+        i0 = self.i0
+        i1 = self.i1 if p.binary else None
+        pipe = Pipe(m, advance, p.stages)
+        res, use1, _ = self._result(m, pipe)
+        other = (i1.valid | ~use1) if i1 is not None else Const(1)
+        take = advance & i0.valid & other
+        m.d.comb += i0.ready.eq(advance & other)
+        if i1 is not None:
+            m.d.comb += i1.ready.eq(advance & i0.valid & use1)
+        is_data = ~i0.payload.done & (i0.payload.stop == 0)
+        valid, stop, done, data = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok")
+        return res, valid, stop, done, data
+
+    def _elaborate_pipelined(self):
+        """``params.stages`` stages between the inputs and the output register, all moving together when
+        the output register is free (II 1; ``i*.ready`` combinational in ``o.ready``, as unpipelined)."""
+        m = Module()
+        self.regs.elaborate(m, self.cfg)
+        o = self.o
+        advance = Signal(name="advance")
+        m.d.comb += advance.eq(~o.valid | o.ready)
+        res, valid, stop, done, is_data = self._front(m, advance)
+        with m.If(advance):
+            m.d.sync += [o.valid.eq(valid), o.payload.stop.eq(stop), o.payload.done.eq(done),
                          o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
         return m
 

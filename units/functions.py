@@ -65,6 +65,7 @@ from .floats import wire
 from .layout import tile_elems
 from .config import Reg
 from .params import ParamError
+from .pipeline import NO_PIPE
 
 INT32 = make_dtype("int32")
 
@@ -151,6 +152,11 @@ class HwFn:
         return {}
 
     def multipliers(self, a: Tile, b: Tile | None) -> int:
+        return 0
+
+    def stages(self, a: Tile) -> int:
+        """Pipeline stages the function cuts its logic into on operand tiles ``a`` (``units.pipeline``):
+        its ``build`` takes a ``pipe`` and calls ``pipe.cut`` that many times; 0: combinational."""
         return 0
 
     def build(self, m, a: TileVal, b: TileVal | None, out: Tile, regs) -> list:
@@ -311,9 +317,15 @@ class MatMul(HwFn):
         m, k, n = matmul_dims(a, b, *modes[0])
         return m * k * n
 
-    def build(self, m, a, b, out, regs, row_group=None):
+    def stages(self, a):
+        # integers: the operands (after the transpose multiplexers) and the products are registered, the
+        # adder tree is in front of the unit's output register
+        return 2 if a.dtype.is_int else 0
+
+    def build(self, m, a, b, out, regs, row_group=None, pipe=NO_PIPE):
         """All output elements; with ``row_group=(phase, g)`` only rows ``phase·g + r`` (``r < g``) of the
-        product, ``phase`` a signal (a folded matmul's pass), the rows chosen by multiplexers."""
+        product, ``phase`` a signal (a folded matmul's pass), the rows chosen by multiplexers; ``pipe``: the
+        stages of :meth:`stages` (not with ``row_group``)."""
         modes, tas, tbs = self._choice(a.tile, b.tile)
         m_dim, k_dim, n_dim = matmul_dims(a.tile, b.tile, *modes[0])
 
@@ -339,15 +351,19 @@ class MatMul(HwFn):
                     for r in range(g)]
         if not out.dtype.is_int:
             return self._float(m, rows, b_el, n_dim, k_dim, fmt(a), fmt(b), fmt(out))
-        res = []
+        ops = pipe.cut([x for row in rows for x in row] + [b_el(k, j) for k in range(k_dim) for j in range(n_dim)],
+                       "mm_op")
+        rows = [ops[i * k_dim:(i + 1) * k_dim] for i in range(len(rows))]
+        b_ops = ops[len(rows) * k_dim:]
+        prods = []
         for a_row in rows:
             for j in range(n_dim):
-                terms = []
                 for k in range(k_dim):
-                    prod = a_row[k] * b_el(k, j)
-                    terms.append(wrap32(prod) if len(prod) > 32 else prod)
-                res.append(wrap32(tree(terms, lambda x, y: x + y)))
-        return res
+                    prod = a_row[k] * b_ops[k * n_dim + j]
+                    prods.append(wrap32(prod) if len(prod) > 32 else prod)
+        prods = pipe.cut(prods, "mm_prod")
+        return [wrap32(tree(prods[e * k_dim:(e + 1) * k_dim], lambda x, y: x + y))
+                for e in range(len(prods) // k_dim)]
 
     def _float(self, m, rows, b_el, n_dim, k_dim, fa, fb, fo):
         """fp32 products of each output element, summed in the fixed order (``units.floats.fp32_sum``) and
@@ -408,19 +424,22 @@ class Silu(HwFn):
     def multipliers(self, a, b):
         return int(a.rows) * int(a.cols)
 
-    def build(self, m, a, b, out, regs):
+    def stages(self, a):
+        return 4 if a.dtype.is_int else 0       # x with (x >> 2) + 1/2, then with h; the product; shifted
+
+    def build(self, m, a, b, out, regs, pipe=NO_PIPE):
         if not out.dtype.is_int:
             return [hf.silu_bf16(m, x) for x in a.elems]
         frac = regs["frac"]
         one = wire(m, (Const(1, 1) << frac)[:15], "silu_one")
         half = one >> 1
-        res = []
-        for k, x in enumerate(a.elems):
-            hr = (x >> 2) + half
-            h = wire(m, Mux(hr < 0, 0, Mux(hr > one, one, hr))[:15], f"silu_h{k}")  # 0..one
-            y = wire(m, (x * h) >> frac, f"silu_y{k}")
-            res.append(saturate(y, out.dtype))
-        return res
+        xh = pipe.cut([v for k, x in enumerate(a.elems) for v in (x, wire(m, (x >> 2) + half, f"silu_hr{k}"))],
+                      "silu_xhr")
+        xh = pipe.cut([v for x, hr in zip(xh[::2], xh[1::2])
+                       for v in (x, Mux(hr < 0, 0, Mux(hr > one, one, hr))[:15])], "silu_xh")   # h: 0..one
+        prods = pipe.cut([xh[2 * k] * xh[2 * k + 1] for k in range(len(a.elems))], "silu_xh_prod")
+        ys = pipe.cut([wire(m, x >> frac, f"silu_y{k}") for k, x in enumerate(prods)], "silu_y")
+        return [saturate(y, out.dtype) for y in ys]
 
 
 class Exp(HwFn):
@@ -437,7 +456,10 @@ class Exp(HwFn):
     def multipliers(self, a, b):
         return 3 * int(a.rows) * int(a.cols)
 
-    def build(self, m, a, b, out, regs):
+    def stages(self, a):
+        return 3 if a.dtype.is_int else 0       # t; n, f and B·f; n and the polynomial; then the shift
+
+    def build(self, m, a, b, out, regs, pipe=NO_PIPE):
         if not out.dtype.is_int:
             return [hf.exp_bf16(m, x) for x in a.elems]
         frac = regs["frac"]
@@ -446,14 +468,21 @@ class Exp(HwFn):
         a_rom = Array([Const(round(EXP2_A * (1 << k)), 15) for k in range(16)])
         b_rom = Array([Const((1 << k) - round(EXP2_A * (1 << k)), 15) for k in range(16)])
         ca, cb = wire(m, a_rom[frac], "exp_a"), wire(m, b_rom[frac], "exp_b")
-        res = []
-        for k, x in enumerate(a.elems):
-            # named intermediates: each is evaluated once (keeps the Python simulator's code small)
-            t = wire(m, (x * LOG2E_Q14) >> 14, f"exp_t{k}")
-            n = wire(m, t >> frac, f"exp_n{k}")
+        # named intermediates: each is evaluated once (keeps the Python simulator's code small)
+        ts = pipe.cut([wire(m, (x * LOG2E_Q14) >> 14, f"exp_t{k}") for k, x in enumerate(a.elems)], "exp_t")
+        nf = []
+        for k, t in enumerate(ts):
             f = wire(m, (t.as_unsigned() & mask)[:15], f"exp_f{k}")
-            bf = wire(m, ((cb * f) >> frac)[:15], f"exp_bf{k}")
-            p = wire(m, (one + ((f * (ca + bf)) >> frac))[:17], f"exp_p{k}")
+            nf += [wire(m, t >> frac, f"exp_n{k}"), f, wire(m, ((cb * f) >> frac)[:15], f"exp_bf{k}")]
+        nf = pipe.cut(nf, "exp_nfb")
+        np_ = []
+        for k in range(len(ts)):
+            n, f, bf = nf[3 * k:3 * k + 3]
+            np_ += [n, wire(m, (one + ((f * (ca + bf)) >> frac))[:17], f"exp_p{k}")]
+        np_ = pipe.cut(np_, "exp_np")
+        res = []
+        for k in range(len(ts)):
+            n, p = np_[2 * k:2 * k + 2]
             rsh = Mux(n < -16, 16, -n)[:5]
             lsh = Mux(n > 15, 15, n)[:4]
             y = wire(m, Mux(n <= 0, p >> rsh, p << lsh), f"exp_y{k}")

@@ -48,6 +48,13 @@ class MatMulParams(MapParams):
                              f"got {self.dtype} operands without")
 
     @property
+    def stages(self) -> int:
+        """The Map's stages and, when it has any, one more: the products' tile sums are registered before
+        they join the running sum (the adder tree and the sum's adder in one cycle were the critical path)."""
+        s = super().stages
+        return s + 1 if s else 0
+
+    @property
     def sum_tile(self) -> Tile:
         """The running sum and output tile: the products' tile (int32), or for float operands the fp32 sum of
         the ``G`` group sums per element that each pair gives (``[M, N]`` of ``[M, N · G]``)."""
@@ -75,15 +82,22 @@ class MatMul(Map):
     Registers: those of the Map (``fn``, ``transpose``, ``transpose_a``) and ``k`` (products per output,
     >= 1).
 
-    Latency 1 from the ``k``-th pair to its output tile (registered; ``M/g`` for a folded matmul). II 1 per
-    input token (pair or stop); only a token that makes an output (the ``k``-th pair, a stop, done) waits
-    for the output register. Combinational: ``i0.ready``/``i1.ready`` from the other input's valid, ``i0``'s
-    stop level, the product counter and ``o.ready``; data and valid are registered (the products and their
-    sum are evaluated in front of the state and output registers).
+    Latency ``1 + params.stages`` from the ``k``-th pair to its output tile: integer operands pass the
+    matmul's three pipeline stages (operands, products, tile sums; ``units.pipeline``) before the sum
+    (``M/g`` for a folded matmul, which has no stages). II 1 per input token (pair or stop); only a token
+    that makes an output (the ``k``-th pair, a stop, done) waits for the output register, and the pipeline
+    moves while its last stage is empty or taken. Combinational: ``i0.ready``/``i1.ready`` from the other
+    input's valid and ``o.ready`` (through the stages' advance; unpipelined also ``i0``'s stop level and the
+    product counter); data and valid are registered.
     """
 
     kind = "MatMul"
     params_cls = MatMulParams
+
+    @classmethod
+    def latency_of(cls, node, pipeline: bool = False) -> int:
+        base = super().latency_of(node, pipeline)
+        return base + 1 if base > 1 else base
 
     def formats(self):
         out = super().formats()
@@ -108,8 +122,16 @@ class MatMul(Map):
         self.regs.elaborate(m, self.cfg)
         regs = self.regs.signals
         i0, i1, o = self.i0, self.i1, self.o
-        res, _, phase = self._result(m)
         out = p.sum_tile
+        if p.stages:
+            # the products' pipeline (``Map._front``) in front of the sum: its last stage is the token
+            advance = Signal(name="advance")
+            res, tok_valid, tok_stop, tok_done, is_data = self._front(m, advance)
+            phase = None
+        else:
+            res, _, phase = self._result(m)
+            tok_valid, tok_stop, tok_done = i0.valid & i1.valid, i0.payload.stop, i0.payload.done
+            is_data = ~tok_done & (tok_stop == 0)
 
         count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
         state = Signal(o.payload.payload.shape(), name="sum")
@@ -123,10 +145,10 @@ class MatMul(Map):
         if has_short(total):
             m.d.comb += total.short.eq(res.short)
 
-        is_data = ~i0.payload.done & (i0.payload.stop == 0)
         run_open = Signal()             # a pair was taken since the last stop (or the start)
-        empty = ~is_data & ~i0.payload.done & ~run_open     # a stop closing an empty run: a zero tile first
-        last = count == regs["k"] - 1
+        empty = ~is_data & ~tok_done & ~run_open     # a stop closing an empty run: a zero tile first
+        # registered: the next pair is the k-th (count == k - 1), kept off the handshake's logic depth
+        last = Signal(name="last_pair")
         makes_output = ~is_data | last
         free = ~makes_output | ~o.valid | o.ready
         if phase is not None:
@@ -135,9 +157,12 @@ class MatMul(Map):
             with m.If(folding & i0.valid & i1.valid):
                 m.d.sync += phase.eq(phase + 1)
             free = free & ~folding
-        step = free & i0.valid & i1.valid
+        step = free & tok_valid
         fire = step & ~empty
-        m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
+        if p.stages:
+            m.d.comb += advance.eq(~tok_valid | (free & ~empty))
+        else:
+            m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
         if phase is not None:
             with m.If(fire):
                 m.d.sync += phase.eq(0)
@@ -148,10 +173,12 @@ class MatMul(Map):
                          run_open.eq(1)]
         with m.If(fire):
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), count.eq(count + 1)]
+                m.d.sync += [state.eq(total), count.eq(count + 1), last.eq(count + 2 == regs["k"])]
             with m.Else():
-                m.d.sync += [count.eq(0), o.valid.eq(1), o.payload.stop.eq(i0.payload.stop),
-                             o.payload.done.eq(i0.payload.done),
+                m.d.sync += last.eq(regs["k"] == 1)
+                m.d.sync += [count.eq(0), o.valid.eq(1), o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
                              o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
             m.d.sync += run_open.eq(is_data)
+        with m.Elif(fresh):
+            m.d.sync += last.eq(regs["k"] == 1)     # (k is programmed before the operands come)
         return m

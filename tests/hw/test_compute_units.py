@@ -67,10 +67,13 @@ BINARY = ("add", "sub", "mul", "max", "matmul")
 @pytest.mark.parametrize("f", ["add", "sub", "mul", "max", "matmul", fn("matmul", transpose_b=True),
                                fn("matmul", transpose_a=True), fn("matmul", transpose_a=True, transpose_b=True)],
                          ids=str)
-def test_map_binary_one_build(sim_backend, size, dt, f):
+@pytest.mark.parametrize("pipeline", [False, True], ids=["comb", "pipelined"])
+def test_map_binary_one_build(sim_backend, size, dt, f, pipeline):
     """One build with every binary function; the fn register selects (square tiles: transpose and
-    transpose_a are registers)."""
-    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=BINARY, max_rank=2))
+    transpose_a are registers). Pipelined, the matmul's stages set the unit's and the other functions pass
+    through as many registers."""
+    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=BINARY, max_rank=2, pipeline=pipeline))
+    assert unit.params.stages == (2 if pipeline else 0)
     rng = np.random.default_rng(size)
     t = Tile(dt, size, size)
     for shape_key in ("rank1", "rank2"):
@@ -148,9 +151,12 @@ def test_map_requantize(sim_backend, out_dt):
 
 @pytest.mark.parametrize("size, dt, fracs", [(2, "int8", (0, 3, 6)), (2, "int16", (0, 4, 11, 14)),
                                              (4, "int16", (8,))])
-def test_map_silu_exp(sim_backend, size, dt, fracs):
-    """One build for silu and exp; full-range inputs saturate; several frac settings."""
-    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=("silu", "exp")))
+@pytest.mark.parametrize("pipeline", [False, True], ids=["comb", "pipelined"])
+def test_map_silu_exp(sim_backend, size, dt, fracs, pipeline):
+    """One build for silu and exp; full-range inputs saturate; several frac settings; pipelined, silu's
+    four stages and exp's three (padded to four)."""
+    unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=("silu", "exp"), pipeline=pipeline))
+    assert unit.latency == (5 if pipeline else 1)
     rng = np.random.default_rng(6)
     for frac in fracs:
         for name in ("silu", "exp"):

@@ -67,8 +67,11 @@ CASES = [  # (size, dtype, k, rank, runs)
 
 @pytest.mark.parametrize("size, dt, k, rank, runs", CASES)
 @pytest.mark.parametrize("f", ["matmul", fn("matmul", transpose_b=True)], ids=str)
-def test_matmul_unit(sim_backend, size, dt, k, rank, runs, f):
-    unit = MatMul(MatMulParams(rows=size, cols=size, dtype=dt, max_rank=3, matmul_transpose_a=False))
+@pytest.mark.parametrize("pipeline", [False, True], ids=["comb", "pipelined"])
+def test_matmul_unit(sim_backend, size, dt, k, rank, runs, f, pipeline):
+    unit = MatMul(MatMulParams(rows=size, cols=size, dtype=dt, max_rank=3, matmul_transpose_a=False,
+                               pipeline=pipeline))
+    assert unit.latency == (4 if pipeline else 1)
     t = Tile(dt, size, size)
     inputs = operands(np.random.default_rng(size * 10 + k), t, t, runs, k, rank)
     check_unit(unit, "MatMul", inputs, dict(fn=f, n=2, k=k), backend=sim_backend,
@@ -76,8 +79,10 @@ def test_matmul_unit(sim_backend, size, dt, k, rank, runs, f):
 
 
 def test_matmul_unit_partial_rows(sim_backend):
-    """Packed rows: each output tile's first operands have its valid rows; the output carries them."""
-    unit = MatMul(MatMulParams(rows=4, cols=4, dtype="int16", max_rank=2, matmul_transpose_a=False))
+    """Packed rows: each output tile's first operands have its valid rows; the output carries them (through
+    the pipelined unit's stages)."""
+    unit = MatMul(MatMulParams(rows=4, cols=4, dtype="int16", max_rank=2, matmul_transpose_a=False,
+                               pipeline=True))
     t = Tile("int16", 4, 4)
     inputs = operands(np.random.default_rng(5), t, t, [2, 3, 1], 3, 1, a_rows=lambda i: 1 + i % 4)
     check_unit(unit, "MatMul", inputs, dict(fn="matmul", n=2, k=3), backend=sim_backend,
