@@ -43,22 +43,47 @@ class AffineWalk:
     merge : Value, optional
         Closes of this level or below are not sent (``close_needed`` is 0 for them); no dimension may
         be empty when it is set (the unit checks that its counts are not 0).
+    static_counts : bool
+        ``counts`` are configuration registers (a change reaches the walk a cycle later, before it
+        starts): whether each step counter is at its last step is then a flag registered with the
+        counter, keeping the comparisons off the next-step logic. False (counts that change while the
+        unit runs, such as a buffer's sizes): the comparisons are combinational.
     """
 
-    def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str, merge=None):
+    _HOLD, _INC, _ZERO = 0, 1, 2
+
+    def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str, merge=None,
+                 static_counts: bool = False):
         D = len(counts)
         self.D, self.strides = D, strides
         self.idx = [Signal(idx_shape, name=f"{name}idx{j}") for j in range(D)]
+        # what each step counter does this cycle (step() and reset() say: hold, count, restart) and, with
+        # static counts, whether it is then at its dimension's last step, registered beside it: each of the
+        # three outcomes is compared from registers, the handshake only selects one
+        self._op = [Signal(range(3), name=f"{name}idx_op{j}") for j in range(D)]
+        at_last = [Signal(name=f"{name}at_last{j}") for j in range(D)]
+        for j in range(D):
+            idx, op = self.idx[j], self._op[j]
+            m.d.sync += idx.eq(Mux(op == self._INC, idx + 1, Mux(op == self._ZERO, 0, idx)))
+            if static_counts:
+                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx + 2 == counts[j],
+                                              Mux(op == self._ZERO, counts[j] == 1, idx + 1 == counts[j])))
+            else:
+                m.d.comb += at_last[j].eq(idx == counts[j] - 1)
         self.acc = [Signal(acc_shape, name=f"{name}acc{j}") for j in range(D)]
         # static (per program) structure: the lowest iterated dim is above the outermost empty one
-        zero = [(n > j) & (counts[j] == 0) for j in range(D)]
-        self.has_zero = Cat(*zero).any()
+        # (registered with static counts, like the flags above)
+        dom = m.d.sync if static_counts else m.d.comb
+        zero = Signal(D, name=f"{name}zero")
+        dom += zero.eq(Cat(*((n > j) & (counts[j] == 0) for j in range(D))))
+        self.has_zero = zero.any()
         self.lo = Signal(range(D + 1), name=f"{name}lo")
+        lo = 0
         for j in range(D):
-            with m.If(zero[j]):
-                m.d.comb += self.lo.eq(j + 1)
+            lo = Mux((n > j) & (counts[j] == 0), j + 1, lo)
+        dom += self.lo.eq(lo)
         # where the walk is
-        last = [(self.lo > j) | (n <= j) | (self.idx[j] == counts[j] - 1) for j in range(D)]
+        last = [(self.lo > j) | (n <= j) | at_last[j] for j in range(D)]
         self.complete = Cat(*last).all()
         self.inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
         inc = Signal(range(D + 1), name=f"{name}inc")
@@ -81,9 +106,11 @@ class AffineWalk:
         for j in range(self.D):
             with m.If(self.inc_oh[j]):
                 nxt = self.acc[j] + self.strides[j]
-                m.d.sync += [self.idx[j].eq(self.idx[j] + 1), self.acc[j].eq(nxt)]
+                m.d.comb += self._op[j].eq(self._INC)
+                m.d.sync += self.acc[j].eq(nxt)
                 for i in range(j):
-                    m.d.sync += [self.idx[i].eq(0), self.acc[i].eq(nxt)]
+                    m.d.comb += self._op[i].eq(self._ZERO)
+                    m.d.sync += self.acc[i].eq(nxt)
 
     def advance(self, m, finish, fold=None):
         """Sync updates when the walk's current event (an element, or in phase 1 its closing stop) is accepted;
@@ -105,4 +132,5 @@ class AffineWalk:
 
     def reset(self, m, value=0):
         """Sync: back to the first element, at offset ``value``."""
-        m.d.sync += [a.eq(value) for a in self.acc] + [i.eq(0) for i in self.idx]
+        m.d.sync += [a.eq(value) for a in self.acc]
+        m.d.comb += [op.eq(self._ZERO) for op in self._op]

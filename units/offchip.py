@@ -386,7 +386,8 @@ class LinearOffChipLoad(_MemUnit):
         racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
         top = Signal(range(D + 1))             # highest block-end level this unit sends
         m.d.comb += top.eq(n_out if p.ref else n_out - 1)
-        w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o")     # the block's walk
+        w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
+                       static_counts=True)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
         leaf_skip = w.has_zero & (w.lo > top)  # no ref and the outermost dim is empty: no tokens at all
 
@@ -407,11 +408,25 @@ class LinearOffChipLoad(_MemUnit):
         covered = Signal(range(bw))             # tiles of the current burst still to come (requested)
         burst = Signal(range(bw + 1))
         run_pos = Signal(32)
+        HOLD, INC, ZERO = 0, 1, 2
+        run_op = Signal(range(3))               # what run_pos does this cycle (hold, count, restart)
+        run_last = Signal()                     # registered: run_pos + 1 == run
         if bw > 1:
             lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
-            to_end, run_left = Signal(range(bw + 1)), Signal(32)
-            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), run_left.eq(R["run"] - run_pos),
-                         burst.eq(Mux(run_left < to_end, run_left, to_end))]
+            to_end, run_left = Signal(range(bw + 1)), Signal(range(bw + 1))
+            # run_left: the run's tiles from run_pos on, at most a burst's: a register beside run_pos (each
+            # outcome computed from registers, the handshake selects one), so the 32-bit run arithmetic
+            # stays off the request's path
+            run = R["run"]
+
+            def clamp(v):
+                return Mux(v > bw, bw, v)
+            m.d.sync += [run_pos.eq(Mux(run_op == INC, run_pos + 1, Mux(run_op == ZERO, 0, run_pos))),
+                         run_last.eq(Mux(run_op == INC, run_pos + 2 == run,
+                                         Mux(run_op == ZERO, run == 1, run_pos + 1 == run))),
+                         run_left.eq(Mux(run_op == INC, clamp(run - run_pos - 1),
+                                         Mux(run_op == ZERO, clamp(run), clamp(run - run_pos))))]
+            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), burst.eq(Mux(run_left < to_end, run_left, to_end))]
         else:
             m.d.comb += burst.eq(1)
 
@@ -427,8 +442,8 @@ class LinearOffChipLoad(_MemUnit):
                                  ev.words.eq(Mux(covered == 0, burst, 0))]
                     if bw > 1:
                         with m.If(accept):
-                            m.d.sync += [covered.eq(Mux(covered == 0, burst - 1, covered - 1)),
-                                         run_pos.eq(Mux(run_pos + 1 == R["run"], 0, run_pos + 1))]
+                            m.d.sync += covered.eq(Mux(covered == 0, burst - 1, covered - 1))
+                            m.d.comb += run_op.eq(Mux(run_last, ZERO, INC))
                 m.d.comb += final.eq(w.complete & ~w.close_needed)
             with m.Else():
                 # a close inside the walk is followed by the next element, never by an outer stop: sent at
@@ -439,7 +454,8 @@ class LinearOffChipLoad(_MemUnit):
         with m.Switch(state):
             with m.Case(IDLE):
                 with m.If(R["start"]):
-                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0), run_pos.eq(0), covered.eq(0)]
+                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0), covered.eq(0)]
+                    m.d.comb += run_op.eq(ZERO)
                     w.reset(m, R["base"])
                     m.d.sync += [a.eq(R["base"]) for a in racc]
             with m.Case(RUN):

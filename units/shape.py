@@ -463,7 +463,15 @@ class Reshape(_ShapeUnit):
         tok = i.payload
         is_data, is_stop = _kind(tok)
         c = Signal(p.chunk_bits)                        # elements in the current chunk
-        full = c + 1 >= s
+        # what c does this cycle (hold, count, restart) and, registered beside it, whether it is then a
+        # chunk's last element (`full`: c + 1 >= s): each outcome is compared from registers and the
+        # handshake only selects one, so the counter's adder and comparator stay off it (s, programmed
+        # before the tokens come, reaches `full` a cycle later)
+        HOLD, INC, ZERO = 0, 1, 2
+        c_op = Signal(range(3))
+        full = Signal()
+        m.d.sync += [c.eq(Mux(c_op == INC, c + 1, Mux(c_op == ZERO, 0, c))),
+                     full.eq(Mux(c_op == INC, c + 2 >= s, Mux(c_op == ZERO, s <= 1, c + 1 >= s)))]
         padding = Signal()                              # filling a partial run with pad tiles
         ending = Signal()                               # the block end S1 is the next event
         end_eager = Signal()
@@ -482,14 +490,16 @@ class Reshape(_ShapeUnit):
                 m.d.comb += ev.tail.eq(1)
             with m.If(ev_fire):
                 with m.If(full):
-                    m.d.sync += [c.eq(0), padding.eq(0)]
+                    m.d.sync += padding.eq(0)
+                    m.d.comb += c_op.eq(ZERO)
                 with m.Else():
-                    m.d.sync += [c.eq(c + 1), padding.eq(1)]
+                    m.d.sync += padding.eq(1)
+                    m.d.comb += c_op.eq(INC)
 
         def put_token():
             m.d.comb += [ev.stop.eq(tok.stop), ev.done.eq(tok.done), i.ready.eq(mg.i.ready)]
             with m.If(ev_fire & tok.done):
-                m.d.sync += c.eq(0)                     # ready for the next program
+                m.d.comb += c_op.eq(ZERO)                     # ready for the next program
 
         with m.If(ending):
             m.d.comb += [mg.i.valid.eq(1), ev.end.eq(1), ev.stop.eq(1), ev.eager.eq(end_eager)]
@@ -508,9 +518,10 @@ class Reshape(_ShapeUnit):
                     m.d.comb += ev.tail.eq(1)
                 with m.If(ev_fire):
                     with m.If(full):
-                        m.d.sync += [c.eq(0), ending.eq(in0), end_eager.eq(in0)]
+                        m.d.sync += [ending.eq(in0), end_eager.eq(in0)]
+                        m.d.comb += c_op.eq(ZERO)
                     with m.Else():
-                        m.d.sync += c.eq(c + 1)
+                        m.d.comb += c_op.eq(INC)
             with m.Elif((c != 0) & (is_stop | (tok.done & in0))):
                 # a partial run ends: pad it (or, without padding, just close it); the stop waits
                 if p.pad:
@@ -518,7 +529,7 @@ class Reshape(_ShapeUnit):
                 else:
                     m.d.comb += [ev.end.eq(1), ev.stop.eq(1)]
                     with m.If(ev_fire):
-                        m.d.sync += c.eq(0)
+                        m.d.comb += c_op.eq(ZERO)
             with m.Else():
                 put_token()
                 m.d.comb += ev.stop.eq(Mux(tok.done, 0, tok.stop + 1))
@@ -529,11 +540,11 @@ class Reshape(_ShapeUnit):
             with m.If(is_stop & (tok.stop == b)):
                 m.d.comb += ev.stop.eq(Mux(full, b + 1, b))
                 with m.If(ev_fire):
-                    m.d.sync += c.eq(Mux(full, 0, c + 1))
+                    m.d.comb += c_op.eq(Mux(full, ZERO, INC))
             with m.Elif(is_stop & (tok.stop > b)):
                 m.d.comb += ev.stop.eq(tok.stop + 1)
                 with m.If(ev_fire):
-                    m.d.sync += c.eq(0)
+                    m.d.comb += c_op.eq(ZERO)
         return m
 
 
