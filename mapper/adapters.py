@@ -138,7 +138,7 @@ class BufferAdapter(Adapter):
         pooled = {} if pool is None else dict(pool_pages=pool_pages(pool, fab), page_entries=pool.page_entries)
         p = onchip.OnChipBufferParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
                                       sram_bytes=fab.sram_bytes, read_dims=2 if tr else len(shape_ or ()),
-                                      transpose=tr, **pooled,
+                                      transpose=tr, **pooled, **({"out_reg": True} if fab.pipeline else {}),
                                       **_ref_params(sf.inputs.get("ref"), f"Streamify '{sf.name}' port 'ref'"))
         if pool is not None:
             return p        # the pool's pages hold it (mapper.pools.check_pool: this program's need fits)
@@ -190,6 +190,8 @@ class MapAdapter(Adapter):
                 kw["matmul_groups"] = True                            # a float matmul's group sums
             elif fab.matmul_rows and not f.param("transpose_a"):
                 kw["matmul_rows"] = fab.matmul_rows
+        if fab.pipeline:
+            kw["pipeline"] = True
         return compute.MapParams(int(a.rows), int(a.cols), a.dtype.name, fab.max_rank, fns=(f.name,), **kw)
 
     def configure(self, unit, node, graph, ctx):

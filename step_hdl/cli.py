@@ -247,6 +247,11 @@ def cmd_model(args) -> int:
     return 0
 
 
+#: the --pipeline flag of the commands that build a fabric (Fabric.pipeline)
+PIPELINE_HELP = ("pipeline the compute units' deep functions (matmul, silu, exp): a higher clock "
+                 "(docs/fpga-units.md) for a few cycles more latency at the same throughput")
+
+
 def _bound_line(bound, cycles) -> str:
     b = bound
     port = f" ({b.port_name})" if b.port_name else ""
@@ -258,6 +263,11 @@ def _prepared(args):
     from .flow import Fabric, prepare
     w = _workload(args)
     fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
+    if getattr(args, "pipeline", False):
+        import dataclasses
+        from .mapper.prepare import shared_fabric
+        fabric = dataclasses.replace(fabric if isinstance(fabric, Fabric) else shared_fabric([w], fabric),
+                                     pipeline=True)
     return w, prepare(w, fabric)
 
 
@@ -405,6 +415,7 @@ def parser() -> argparse.ArgumentParser:
                 action.help = "element type (default: int16; the hardware units take int8/int16/int32/bf16)"
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
+        p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         if sim:
             p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
@@ -518,7 +529,7 @@ def _add_compare_parser(sub):
 
 def _add_synth_parser(sub):
     from step_hdl.fpga.ecp5 import TARGETS
-    from step_hdl.fpga.unit_table import unit_names
+    from step_hdl.fpga.unit_table import PIPELINED, unit_names
 
     def common(p):
         p.add_argument("--target", default="ecp5-85f", choices=tuple(TARGETS), help="FPGA (default: ecp5-85f)")
@@ -536,6 +547,7 @@ def _add_synth_parser(sub):
                 action.help = "element type (default: int8; the hardware units take int8/int16/int32)"
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
+        p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
         common(p)
 
     p = _add_workload_parsers(sub, "synth", "synthesize, place and route a mapped workload or one unit on an FPGA",
@@ -549,6 +561,8 @@ def _add_synth_parser(sub):
         up.add_argument("--dtype", default="int8", choices=("int8", "int16", "int32"),
                         help="element type (default: int8)")
         up.add_argument("--json", action="store_true", help="print one JSON object")
+        if name in PIPELINED:
+            up.add_argument("--pipeline", action="store_true", help="the unit as a fabric with --pipeline builds it")
         common(up)
 
 
@@ -566,8 +580,10 @@ def cmd_synth(args) -> int:
         what = {"workload": _label(args), "params": _params_of(args), "tile": d.fabric.tile}
     else:
         from step_hdl.fpga.unit_table import unit
-        component, name = unit(args.workload, args.tile, args.dtype), args.workload
-        what = {"unit": args.workload, "tile": args.tile, "dtype": args.dtype}
+        pipeline = getattr(args, "pipeline", False)
+        component, name = unit(args.workload, args.tile, args.dtype, pipeline), args.workload
+        what = {"unit": args.workload, "tile": args.tile, "dtype": args.dtype,
+                **({"pipeline": True} if pipeline else {})}
         name = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
     rep = synthesize(component, name, args.target, args.workdir, args.freq, place=not args.no_place,
                      router=args.router, progress=say)

@@ -525,3 +525,30 @@ def test_reductions_bit_exact_in_rtl(rows, cols, f):
     res = run(prepare(Workload(g, x, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
     assert res.outputs_match, res.mismatches
     assert np.array_equal(res.outputs["y"], want)
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "moe"])
+def test_pipelined_fabric_same_results_its_latency_in_the_model(kind):
+    """``Fabric.pipeline``: the compute units' function stages and the buffers' SRAM output register. The
+    same program on the same fabric with and without them: bit-exact both ways; the pipelined run takes at
+    least as long, and the model, which counts every unit's declared latency, moves with the RTL."""
+    import dataclasses
+    if kind == "swiglu":
+        w = swiglu(REDUCED["batch"], REDUCED["hidden"], 16, 4, 8, "int16")
+    else:
+        from step_hdl.workloads.moe import moe
+        routing = np.array([[0], [1], [1], [0], [1], [1], [0], [1]])
+        w = moe(routing, 2, hidden=8, inter=8, tile_inter=8, dtype="int16", tiling="dynamic")
+    fab = shared_fabric([w], 4)
+    runs = {}
+    for pipeline in (False, True):
+        f = dataclasses.replace(fab, pipeline=pipeline)
+        prep = prepare(w, f)
+        assert prep.design.fabric.pipeline == pipeline
+        res = run(prep, "amaranth")
+        assert res.status == "done" and res.outputs_match, res.mismatches
+        runs[pipeline] = (res.cycles, model(w, f).cycles)
+    (rtl0, model0), (rtl1, model1) = runs[False], runs[True]
+    assert rtl1 >= rtl0 and model1 >= model0, runs
+    for rtl, mod in runs.values():
+        assert abs(mod / rtl - 1) <= 0.10, runs

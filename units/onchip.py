@@ -47,9 +47,12 @@ class OnChipBufferParams(StreamParams):
     transpose: bool = False
     pool_pages: int = 0
     page_entries: int = 0
+    out_reg: bool = False
 
     def validate(self):
         super().validate()
+        if not isinstance(self.out_reg, bool):
+            raise ParamError(f"{self.owner}: out_reg must be True or False, got {self.out_reg!r}")
         positive(self.owner, "read_dims", self.read_dims, minimum=0)
         positive(self.owner, "pool_pages", self.pool_pages, minimum=0)
         positive(self.owner, "page_entries", self.page_entries, minimum=1 if self.pool_pages else 0)
@@ -151,7 +154,8 @@ class OnChipBuffer(StepUnit):
     partial last block of rows).
 
     Latency: a buffer starts streaming 2 cycles after its closing stop was taken
-    (SRAM read + output register). II 1 per output token; an affine reading's
+    (SRAM read + output register); 3 with ``params.out_reg`` (the SRAM's data
+    registered before the StopMerger). II 1 per output token; an affine reading's
     final close leaves with its last tile (the event's ``tail``), a linear
     reading's end costs one cycle (its block end event) unless it is eager (a
     rank-0 buffer stream, or a reading followed by another of the repeat), and
@@ -163,8 +167,15 @@ class OnChipBuffer(StepUnit):
     """
 
     kind = "Bufferize"
-    latency = 2
     kinds = ("Bufferize", "Streamify")
+
+    @property
+    def latency(self) -> int:
+        return 3 if self.params.out_reg else 2
+
+    @classmethod
+    def latency_of(cls, node, pipeline: bool = False) -> int:
+        return 3 if pipeline else 2
 
     def formats(self):
         p = self.params
@@ -374,7 +385,10 @@ class OnChipBuffer(StepUnit):
         s2_level = Signal(sb)
         s1_tail, s2_tail = Signal(sb), Signal(sb)   # an entry's trailing block end (affine reads' final close)
         advance = Signal()
-        m.d.comb += advance.eq(s1_valid & (~s2_valid | mg.i.ready))
+        # with out_reg, a third stage registers the SRAM's data (the block RAM's output register): the
+        # RAM's access time then leaves the loop through the merger's ready back to the RAM's read enable
+        s2_out = Signal()                        # stage 2 hands its entry on this cycle (or is empty)
+        m.d.comb += advance.eq(s1_valid & (~s2_valid | s2_out))
         if pooled:
             # a linear reading walks the bank's chain of pages from its head
             rpage, roff = Signal.like(pool.rpage), Signal(range(S))
@@ -516,9 +530,22 @@ class OnChipBuffer(StepUnit):
         with m.If(advance):
             m.d.sync += [s2_valid.eq(1), s2_entry.eq(s1_entry), s2_done.eq(s1_done), s2_end.eq(s1_end),
                          s2_eager.eq(s1_eager), s2_level.eq(s1_level), s2_tail.eq(s1_tail)]
-        with m.Elif(mg.i.ready):
+        with m.Elif(s2_out):
             m.d.sync += s2_valid.eq(0)
         word = pool.rdata if pooled else rd.data
+        if p.out_reg:
+            s3 = [Signal.like(v, name=f"s3_{v.name[3:]}")
+                  for v in (s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail)]
+            s3_word = Signal.like(word, name="s3_word")
+            s3_valid = s3[0]
+            m.d.comb += s2_out.eq(~s3_valid | mg.i.ready)
+            with m.If(s2_out):
+                m.d.sync += [d.eq(v) for d, v in zip(s3, (s2_valid, s2_entry, s2_done, s2_end, s2_eager,
+                                                          s2_level, s2_tail))] + [s3_word.eq(word)]
+            s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail = s3
+            word = s3_word
+        else:
+            m.d.comb += s2_out.eq(mg.i.ready)
         word_payload, word_stop = word[:pw], word[pw:]
         ev = mg.i.payload
         m.d.comb += [mg.i.valid.eq(s2_valid), ev.done.eq(s2_done), ev.end.eq(s2_end), ev.eager.eq(s2_eager)]

@@ -374,10 +374,13 @@ BUFFER_REF_CASES = [
 
 
 @pytest.mark.parametrize("shape, text, b, ref", BUFFER_REF_CASES)
-def test_onchip_buffer_ref(sim_backend, shape, text, b, ref):
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
+def test_onchip_buffer_ref(sim_backend, shape, text, b, ref, out_reg):
     st = tiles(2, 2, *shape, dt="int16")
     tokens = tile_tokens(text)
-    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256, ref=True))
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256, ref=True,
+                                           out_reg=out_reg))
+    assert unit.latency == 2 + out_reg
     want = buffer_reference(st, tokens, b, None, ref)
     config = unit.configure({"rank": b, "repeat": None}, {"in": st, "ref": ref[0]})
     fmt = unit.fmt("o")
@@ -512,7 +515,9 @@ def test_onchip_buffer_affine_random(sim_backend, k):
 
 
 @pytest.mark.parametrize("k", range(6))
-def test_onchip_buffer_random(sim_backend, k):
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
+def test_onchip_buffer_random(sim_backend, k, out_reg):
+    """Random buffers, repeats and ranks; with ``out_reg`` the SRAM's data registered (a stage more)."""
     rng = random.Random(2000 + k)
     r = 1 + k % 2
     b = 1 + (k // 2) % r
@@ -522,7 +527,8 @@ def test_onchip_buffer_random(sim_backend, k):
                      leaf=lambda: nprng.integers(-500, 500, (2, 2)).astype(np.int16))
     st = tiles(2, 2, *([dyn("N")] + [L] * r), dt="int16")
     tokens = encode(nested, r)
-    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256))
+    unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
+                                           out_reg=out_reg))
     want = buffer_reference(st, tokens, b, repeat)
     config = unit.configure({"rank": b, "repeat": repeat}, {"in": st})
     check_buffer(unit, tokens, config, want, sim_backend, "onchip_buffer", f"b {b} repeat {repeat} ")
@@ -540,7 +546,8 @@ def check_buffer(unit, tokens, config, want, backend, name, context=""):
 
 
 @pytest.mark.parametrize("k", range(4))
-def test_onchip_buffer_transpose(sim_backend, k):
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
+def test_onchip_buffer_transpose(sim_backend, k, out_reg):
     """Transposed reads of rank-2 buffers of their own sizes (1..4 rows of 1..3 tiles, some partial tiles):
     each buffer column by column, as the lowering packs and unpacks a block of rows."""
     rng, nprng = random.Random(4000 + k), np.random.default_rng(k)
@@ -549,7 +556,7 @@ def test_onchip_buffer_transpose(sim_backend, k):
     st = tiles(2, 2, dyn("N"), L, Ragged("C", integer=True, nonnegative=True), dt="int16")
     tokens = encode(chunks, 2)
     unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
-                                           read_dims=2, transpose=True))
+                                           read_dims=2, transpose=True, out_reg=out_reg))
     g = Graph("transpose")
     g.output(g.streamify(g.bufferize(g.source(st, data="x", name="src"), 2, name="buf"), transpose=True,
                          name="sfy"), name="y")
