@@ -324,9 +324,12 @@ def float_units(tile: int = 4):
     yield "Map[convert]", "fp32 -> bf16", Map(MapParams(tile, tile, "fp32", 3, fns=("convert",), out_dtype="bf16"))
 
 
-def run_float_units(tile=4, workdir=None) -> list:
-    rows = []
+def run_float_units(tile=4, workdir=None, checkpoint=None) -> list:
+    rows = json.loads(Path(checkpoint).read_text()) if checkpoint and Path(checkpoint).exists() else []
+    done = {(r["unit"], r["dtype"]) for r in rows}      # resume an interrupted run
     for name, dt, u in float_units(tile):
+        if (name, dt) in done:
+            continue
         t0 = time.perf_counter()
         r = _synth(u, _safe(f"{name}_{dt}"), workdir, place=True)
         cp = r.critical_path
@@ -337,6 +340,8 @@ def run_float_units(tile=4, workdir=None) -> list:
                      "wall_s": r.wall_s})
         _say(f"{name:14s} {dt:12s} luts {r.luts:6d} ffs {r.ffs:5d} dsps {r.dsps:3d} fmax {r.fmax_mhz or 0:6.1f} MHz "
              f"({time.perf_counter() - t0:.0f} s)")
+        if checkpoint:
+            Path(checkpoint).write_text(json.dumps(rows))
     return rows
 
 
@@ -511,7 +516,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--dtypes", nargs="+", default=["int8", "int16"])
     ap.add_argument("--workdir", default=None, help="keep every run's files here")
-    ap.add_argument("--checkpoint", default=None, help="sweep: save progress here after every unit, resume from it")
+    ap.add_argument("--checkpoint", default=None,
+                    help="--sweep, --floats: save progress here after every unit, resume from it")
     args = ap.parse_args(argv)
     if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats):
         args.sweep = args.units = args.calibrate = args.fabric = True
@@ -521,7 +527,7 @@ def main(argv=None) -> int:
     if args.units:
         write_units(run_units(workdir=args.workdir))
     if args.floats:
-        write_float_units(run_float_units(workdir=args.workdir))
+        write_float_units(run_float_units(workdir=args.workdir, checkpoint=args.checkpoint))
     if args.calibrate:
         run_calibration(args.calibrate_json, args.workdir)
     if args.fabric:

@@ -30,32 +30,53 @@ def plumbing(tile: int, dtype: str):
     yield "Broadcast", "n 2", Broadcast(fmt.layout, 2)
 
 
+def _params(unit) -> str:
+    return ", ".join(f"{k} {v}" for k, v in unit.params.to_json().items() if k not in ("rows", "cols", "dtype"))
+
+
 def units(tile: int, dtype: str):
-    from step_hdl.units.catalog import CATALOG
+    """``(name, parameters, component)`` of every unit: the stream plumbing, the catalog, SiLU's Map, and the
+    builds that a fabric with ``pipeline`` changes (named ``"... pipelined"``)."""
     yield from plumbing(tile, dtype)
-    for name, entry in CATALOG.items():
-        unit = entry.hardware(entry.make(tile, tile, dtype))
-        params = ", ".join(f"{k} {v}" for k, v in unit.params.to_json().items()
-                           if k not in ("rows", "cols", "dtype"))
-        yield name, params, unit
+    for name in (*unit_names()[len(PLUMBING):], *(f"{n} pipelined" for n in PIPELINED)):
+        u = unit(name, tile, dtype)
+        yield name, _params(u), u
 
 
 PLUMBING = ("Queue", "ForwardSlice", "BackwardSlice", "FullSlice", "Broadcast")
 
+#: the units whose build ``Fabric.pipeline`` changes: the compute units' function stages, the buffer's SRAM
+#: output register (``OnChipBufferParams.out_reg``)
+PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "OnChipBuffer")
+
 
 def unit_names() -> list[str]:
-    """Names :func:`units` yields (the stream plumbing, then the catalog)."""
+    """Names of :func:`unit`: the stream plumbing, the catalog, then SiLU's Map (the pipelined builds are
+    ``unit(name, ..., pipeline=True)``)."""
     from step_hdl.units.catalog import CATALOG
-    return [*PLUMBING, *CATALOG]
+    return [*PLUMBING, *CATALOG, "Map[silu]"]
 
 
-def unit(name: str, tile: int, dtype: str):
-    """The synthesizable component of one unit of :func:`units` by name."""
+def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
+    """The synthesizable component of one unit of :func:`units` by name; ``pipeline`` (or a name ending in
+    ``" pipelined"``): its build on a fabric with ``pipeline`` (a unit of :data:`PIPELINED`)."""
+    import dataclasses
+    if name.endswith(" pipelined"):
+        name, pipeline = name[:-len(" pipelined")], True
+    if pipeline and name not in PIPELINED:
+        raise ValueError(f"{name} has no pipelined build (those are {', '.join(PIPELINED)})")
     if name in PLUMBING:
         return next(u for n, _, u in plumbing(tile, dtype) if n == name)
+    if name == "Map[silu]":
+        from step_hdl.units.compute import Map, MapParams
+        return Map(MapParams(tile, tile, dtype, 3, fns=("silu",), pipeline=pipeline))
     from step_hdl.units.catalog import CATALOG
     entry = CATALOG[name]
-    return entry.hardware(entry.make(tile, tile, dtype))
+    u = entry.make(tile, tile, dtype)
+    if pipeline:
+        u._MustUse__silence = True                  # replaced by its pipelined build
+        u = type(u)(dataclasses.replace(u.params, **{"out_reg" if name == "OnChipBuffer" else "pipeline": True}))
+    return entry.hardware(u)
 
 
 def main(argv=None) -> int:
