@@ -248,7 +248,9 @@ def run_units(tile=4, dtype="int8", workdir=None) -> list:
         t0 = time.perf_counter()
         r = _synth(u, _safe(name), workdir, place=True)
         cp = r.critical_path
-        rows.append({"unit": name, "family": CATALOG[name].family if name in CATALOG else "plumbing",
+        base = name.removesuffix(" pipelined")
+        family = CATALOG[base].family if base in CATALOG else "compute" if base.startswith("Map[") else "plumbing"
+        rows.append({"unit": name, "family": family,
                      "params": params, "luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
                      "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
                      "critical_path": None if cp is None else {

@@ -12,7 +12,7 @@ Commands
 ``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
     The approximate performance model: cycles, off-chip traffic, bandwidth
     and compute utilization, busiest nodes (timing-only unless ``--values``).
-``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] -o DIR [--force]``
+``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] [--pipeline] -o DIR [--force]``
     Lower the graph onto a fabric and write the Verilog (synthesizable top level
     and simulation harness), configuration image, mapping report, lowered
     graph (DOT) and a standalone cocotb testbench (``python DIR/run.py``) into a
@@ -28,10 +28,12 @@ Commands
     of {tile_b, tile_inter, cycles}, or ``bench/rtl_sim.py --sweep --json``
     output) and print model vs RTL cycles per point, Pearson correlation and
     mean absolute percentage error; ``--plot`` draws both series.
-``step-hdl synth <workload|unit> [params] [--target ecp5-85f] [--freq MHz] [--json]``
+``step-hdl synth <workload|unit> [params] [--pipeline] [--target ecp5-85f] [--freq MHz] [--json]``
     Synthesize, place and route a mapped workload (without the testbench
     counters and the DRAM model) or one unit (``--tile``, ``--dtype``) on an
     FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
+    ``--pipeline`` (also on ``build`` and ``sim``): ``Fabric.pipeline``, the
+    compute units' function stages and the buffers' SRAM output register.
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json [--inputs in.npz]``

@@ -81,6 +81,13 @@ def test_sim_json_on_amaranth(capsys):
     assert 0 < rep["utilization"]["gate_proj"]["finish"] <= rep["cycles"]
     assert rep["bound"]["binding"] in ("compute", "dram", "port") and 0 < rep["bound"]["cycles"] <= rep["cycles"]
     assert rep["bound"]["fraction"] == round(rep["bound"]["cycles"] / rep["cycles"], 4)
+    # --pipeline: the same fabric with its function stages: the same outputs, a few cycles more, the model too
+    code, out, _ = run_cli(capsys, "sim", "swiglu", "--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b", "8",
+                           "--tile-inter", "16", "--backend", "amaranth", "--pipeline", "--json")
+    piped = json.loads(out)
+    assert code == 0 and piped["outputs_match"] and piped["offchip_bytes"] == rep["offchip_bytes"]
+    assert rep["cycles"] < piped["cycles"] < 1.1 * rep["cycles"], (rep["cycles"], piped["cycles"])
+    assert rep["model_cycles"] < piped["model_cycles"]
 
 
 def test_build_writes_the_files_and_fp32_silu_is_refused(capsys, tmp_path):
