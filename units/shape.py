@@ -377,7 +377,10 @@ class Reshape(_ShapeUnit):
       ``S_(b+1)`` every ``s``-th time, ``S_k`` (k > b) becomes ``S_(k+1)``.
 
     Latency 0 (data, valid combinational from input to output through the
-    merger, and through a fork to ``o``/``o_pad``). II 1 per output token; at
+    merger, and through a fork to ``o``/``o_pad``). The chunk counter's
+    "last element" flag is a register that follows ``chunk`` a cycle after it
+    is written: the first token may come the cycle after the last
+    configuration write (``in_rank`` is written after ``chunk``), not sooner. II 1 per output token; at
     b = 0 with a rank >= 1 input a chunk's last element (or pad tile) carries
     its block end as its ``tail``, so the block end costs no cycle of its own
     (a rank-0 input's is eager: an event after the element). ``i.ready`` is combinational in the
