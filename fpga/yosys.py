@@ -80,8 +80,10 @@ def to_rtlil(component, name: str) -> str:
 def check_and_size(component, name: str, keep_dir: str | os.PathLike | None = None) -> dict:
     """Check ``component`` with Yosys and size it with the generic flow.
 
-    Returns ``{"cells", "ffs", "memory_bits", "cell_types"}``.
+    Returns ``{"cells", "ffs", "memory_bits", "cell_types"}``. ``name`` (the top module; spaces become
+    underscores) names the files too.
     """
+    name = name.replace(" ", "_")
     tmp = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix=f"yosys-{name}-"))
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / f"{name}.il").write_text(to_rtlil(component, name))
