@@ -47,6 +47,7 @@ from step_hdl.types import dtype as make_dtype
 
 from .cost import dtype_bits, estimate, kind_of, load_table, variant_of
 from .ecp5 import synthesize, tool_versions
+from .yosys import YosysError
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
@@ -345,14 +346,29 @@ def float_units(tile: int = 4):
     yield "Map[convert]", "fp32 -> bf16", Map(MapParams(tile, tile, "fp32", 3, fns=("convert",), out_dtype="bf16"))
 
 
-def run_float_units(tile=4, workdir=None, checkpoint=None) -> list:
+def run_float_units(tile=4, workdir=None, checkpoint=None, timeout_min=None) -> list:
+    """One row per unit of :func:`float_units`; with ``timeout_min`` a unit whose Yosys run takes longer is
+    stopped and its row says so (``unfinished``) instead of holding the table up."""
     rows = json.loads(Path(checkpoint).read_text()) if checkpoint and Path(checkpoint).exists() else []
     done = {(r["unit"], r["dtype"]) for r in rows}      # resume an interrupted run
     for name, dt, u in float_units(tile):
         if (name, dt) in done:
+            u._MustUse__silence = True
             continue
         t0 = time.perf_counter()
-        r = _synth(u, _safe(f"{name}_{dt}"), workdir, place=True)
+        try:
+            r = _synth(u, _safe(f"{name}_{dt}"), workdir, place=True,
+                       yosys_timeout_s=None if timeout_min is None else 60 * timeout_min)
+        except YosysError as exc:
+            if "did not finish" not in str(exc):
+                raise
+            step = str(exc).split("(stopped in: ")[1].split(")")[0]
+            rows.append({"unit": name, "dtype": dt, "unfinished": f"Yosys did not finish in {timeout_min:g} "
+                         f"minutes ({step})", "wall_s": {"yosys_s": round(time.perf_counter() - t0, 1)}})
+            _say(f"{name:14s} {dt:12s} {rows[-1]['unfinished']}")
+            if checkpoint:
+                Path(checkpoint).write_text(json.dumps(rows))
+            continue
         cp = r.critical_path
         rows.append({"unit": name, "dtype": dt, "luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
                      "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
@@ -380,6 +396,9 @@ def write_float_units(rows, tile=4, path=HERE / "float_unit_report.json", doc=DO
              "| unit | type | LUTs | FFs | DSPs | Fmax (MHz) | critical path | levels |",
              "|---|---|---:|---:|---:|---:|---|---:|"]
     for r in rows:
+        if r.get("unfinished"):
+            lines.append(f"| {r['unit']} | {r['dtype']} | - | - | - | - | {r['unfinished']} | - |")
+            continue
         cp = r["critical_path"]
         path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
         lines.append(f"| {r['unit']} | {r['dtype']} | {r['luts']} | {r['ffs']} | {r['dsps']} | "
@@ -534,6 +553,8 @@ def main(argv=None) -> int:
                                                            "--no-place --json` output")
     ap.add_argument("--floats", action="store_true", help="the float units at 4x4 bf16 -> docs/fpga-units.md")
     ap.add_argument("--baseline", action="store_true", help="record fpga/baselines.json for these tools")
+    ap.add_argument("--unit-timeout", type=float, default=None, metavar="MINUTES",
+                    help="--floats: stop a unit's Yosys run after this long; its row says so")
     ap.add_argument("--tiles", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--dtypes", nargs="+", default=["int8", "int16"])
     ap.add_argument("--workdir", default=None, help="keep every run's files here")
@@ -548,7 +569,8 @@ def main(argv=None) -> int:
     if args.units:
         write_units(run_units(workdir=args.workdir))
     if args.floats:
-        write_float_units(run_float_units(workdir=args.workdir, checkpoint=args.checkpoint))
+        write_float_units(run_float_units(workdir=args.workdir, checkpoint=args.checkpoint,
+                                          timeout_min=args.unit_timeout))
     if args.calibrate:
         run_calibration(args.calibrate_json, args.workdir)
     if args.fabric:

@@ -305,7 +305,8 @@ def _reintegration_prelude(name: str) -> list[str]:
 
 def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
-               router: str | None = None, placer: str | None = None, progress=None) -> SynthReport:
+               router: str | None = None, placer: str | None = None, progress=None,
+               yosys_timeout_s: float | None = None) -> SynthReport:
     """Synthesize (and by default place and route) ``component`` for ``target``.
 
     Parameters
@@ -342,6 +343,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         is what the end-to-end acceptance run measured.
     progress : callable, optional
         Called with one-line progress messages.
+    yosys_timeout_s : float, optional
+        Stop Yosys after this many seconds (a :class:`YosysError` saying so); default no limit.
 
     Returns
     -------
@@ -389,7 +392,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         say(f"{name}: yosys synth_ecp5 ...")
         t0 = time.perf_counter()
         try:
-            run_yosys(script, work, "yosys.log")
+            run_yosys(script, work, "yosys.log", yosys_timeout_s)
         except YosysError as exc:
             if "ABC_OPS_REINTEGRATE" not in (work / "yosys.log").read_text()[-4000:]:
                 raise
@@ -397,7 +400,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
             # synthesis after this prelude does not (docs/fpga.md)
             say(f"{name}: yosys aborted in ABC reintegration ({str(exc).splitlines()[-1].strip()}); again with "
                 f"the prelude")
-            run_yosys(yosys_script(True), work, "yosys.log")
+            run_yosys(yosys_script(True), work, "yosys.log", yosys_timeout_s)
         wall["yosys_s"] = round(time.perf_counter() - t0, 2)
         _save_stamp(work, "yosys", key, wall["yosys_s"])
     stat = parse_stat(json.loads((work / "stat.json").read_text()))

@@ -33,11 +33,18 @@ def yosys_command() -> list[str]:
     return [exe]
 
 
-def run_yosys(script: str, workdir: Path, log_name: str = "yosys.log") -> str:
-    """Run a Yosys script in ``workdir`` (YoWASP sees only files below it); return the log."""
+def run_yosys(script: str, workdir: Path, log_name: str = "yosys.log", timeout_s: float | None = None) -> str:
+    """Run a Yosys script in ``workdir`` (YoWASP sees only files below it); return the log. ``timeout_s``: a
+    run still going after that many seconds is stopped and raises :class:`YosysError` saying so (with the
+    log's last step)."""
     log = (workdir / log_name).resolve()
-    proc = subprocess.run(yosys_command() + ["-q", "-l", log_name, "-p", script], cwd=workdir,
-                          capture_output=True, text=True)
+    try:
+        proc = subprocess.run(yosys_command() + ["-q", "-l", log_name, "-p", script], cwd=workdir,
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        steps = [ln for ln in (log.read_text() if log.exists() else "").splitlines() if "Executing" in ln]
+        raise YosysError(f"yosys did not finish in {timeout_s:g} s (stopped in: "
+                         f"{steps[-1].strip() if steps else 'its first step'}); log {log}") from None
     text = log.read_text() if log.exists() else proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise YosysError(f"yosys failed (exit {proc.returncode}); log {log}:\n  "

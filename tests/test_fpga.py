@@ -19,6 +19,13 @@ def test_yosys_error_quotes_the_log_and_names_it(tmp_path):
     assert "Traceback" not in msg
 
 
+def test_yosys_stopped_after_its_timeout_says_so(tmp_path):
+    """A run longer than ``timeout_s`` is stopped: the error says how long it had and where it was."""
+    (tmp_path / "mul.v").write_text("module mul(input [63:0] a, b, output [127:0] y); assign y = a * b; endmodule\n")
+    with pytest.raises(YosysError, match=r"yosys did not finish in 0\.5 s \(stopped in: .*\); log .*yosys\.log"):
+        run_yosys("read_verilog mul.v; synth -top mul", tmp_path, timeout_s=0.5)
+
+
 @pytest.mark.synth      # the first nextpnr start on a fresh machine compiles its WebAssembly (a minute or more)
 def test_nextpnr_error_quotes_the_log_and_names_it(tmp_path):
     (tmp_path / "bad.json").write_text("not json")
