@@ -370,6 +370,13 @@ class OnChipBuffer(StepUnit):
         rb = Signal()
         ridx = Signal(range(depth + 1))
         rep = Signal(p.repeat_bits)
+        # what rep does this cycle (hold, count, restart) and, registered beside it, whether another reading
+        # follows (rep + 1 < repeat): each outcome compared from registers, the reader's logic selects one
+        HOLD, INC, ZERO = 0, 1, 2
+        rep_op = Signal(range(3))
+        more = Signal()
+        m.d.sync += [rep.eq(Mux(rep_op == INC, rep + 1, Mux(rep_op == ZERO, 0, rep))),
+                     more.eq(Mux(rep_op == INC, rep + 2 < rep_n, Mux(rep_op == ZERO, 1 < rep_n, rep + 1 < rep_n)))]
         ENTRIES, ENDB1, OSTOP, REF = 0, 1, 2, 3
         START = REF if p.ref else ENTRIES
         rstate = Signal(2, init=START)
@@ -417,7 +424,8 @@ class OnChipBuffer(StepUnit):
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
 
         def free_bank():
-            m.d.sync += [ridx.eq(0), rep.eq(0), rstate.eq(START), rb.eq(~rb)]
+            m.d.sync += [ridx.eq(0), rstate.eq(START), rb.eq(~rb)]
+            m.d.comb += rep_op.eq(ZERO)
             if pooled:
                 m.d.comb += [pool.free.eq(1), pool.free_bank.eq(rb)]
             for k in range(2):
@@ -438,8 +446,9 @@ class OnChipBuffer(StepUnit):
                 with m.Else():
                     after_block()
             else:
-                with m.If(repeat_mode & (rep + 1 < rep_n)):
-                    m.d.sync += [rep.eq(rep + 1), ridx.eq(0)]
+                with m.If(repeat_mode & more):
+                    m.d.sync += ridx.eq(0)
+                    m.d.comb += rep_op.eq(INC)
                 with m.Elif(repeat_mode):
                     m.d.sync += rstate.eq(ENDB1)
                 with m.Else():
@@ -514,7 +523,7 @@ class OnChipBuffer(StepUnit):
                 with m.Else():   # end of one reading of the buffer
                     # eager also between repeated readings: the next reading follows, not an outer stop
                     m.d.comb += [s1_valid.eq(1), s1_end.eq(1), s1_level.eq(b),
-                                 s1_eager.eq((eager_mode & once) | (repeat_mode & (rep + 1 < rep_n)))]
+                                 s1_eager.eq((eager_mode & once) | (repeat_mode & more))]
                     with m.If(advance):
                         reading_done()
             with m.Elif(rstate == ENDB1):   # end of the repeat dimension
