@@ -391,9 +391,10 @@ def write_float_units(rows, tile=4, path=HERE / "float_unit_report.json", doc=DO
              f"flow at {tile}x{tile}: each unit with float hardware (`units/floats.py`, bit for bit "
              f"`step_hdl/floats.py`) beside its integer twins. bf16 operands; the MatMul unit and the Accum keep "
              f"an fp32 running sum (the MatMul unit adds each pair's group sums to it, the Accum adds bf16 tiles "
-             f"into an fp32 state); the plain Map matmul sums in fp32 and rounds once to bf16. Every float "
-             f"function is combinational in front of the output register, as the integer ones are (pipelining is "
-             f"issue 22's).", "",
+             f"into an fp32 state); the plain Map matmul sums in fp32 and rounds once to bf16. Every unit here "
+             f"is built without `pipeline`: each function is combinational in front of the output register (a "
+             f"fabric with `pipeline` cuts the integer matmul, SiLU and exp into stages, the float functions "
+             f"not yet).", "",
              "| unit | type | LUTs | FFs | DSPs | Fmax (MHz) | critical path | levels |",
              "|---|---|---:|---:|---:|---:|---|---:|"]
     for r in rows:
