@@ -323,7 +323,8 @@ class Map(StepUnit):
     @property
     def latency(self) -> int:
         """Cycles from an operand pair taken to its result valid: the output register and the pipeline's
-        stages (``params.stages``); a folded matmul's ``M/g``."""
+        stages (``params.stages``). A folded matmul's passes are not counted (its last pass's output
+        register only, as the model has it)."""
         return 1 + self.params.stages
 
     @classmethod
