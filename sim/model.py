@@ -290,7 +290,7 @@ class TimedPorts(Ports):
         if self.load and not tok.stop and not tok.done:
             model = self.model
             now = model.now
-            ready = self.ctx.memory.issue(self.node.name, now, model.params.mem_inflight)
+            ready = self.ctx.memory.issue(self.node.name, now, model.params.mem_inflight, self._pieces(tok))
             if self.random_load:
                 self._prefetch()
             elif self._ref_prefetch is not None:
@@ -438,10 +438,11 @@ def _take(io, port, ch, tok, lead, end):
         io.model.wake(ch.space_waiters)
     if (io.linear_store or io.random_store) and not tok.stop and not tok.done:
         # the unit writes each piece as it comes (a token taken on its first piece ends at ``end``): the
-        # writes go to the memory at the pieces' pace, the last one when the last piece is in (a random
-        # store's address too: no write before it is there)
+        # writes go to the memory at the pieces' pace from the first piece's arrival (or from when the unit
+        # is free: a random store waits for a credit), though the token is taken when whole, the last one
+        # when the last piece is in (a random store's address too: no write before it is there)
         memory = io.ctx.memory
-        memory.now = max(memory.now, end - pieces + 1)
+        memory.now = max(end - pieces + 1, io.free)
     if not tok.stop and not tok.done:
         io.taken[port] = tok
         if io.blocks is not None:

@@ -10,14 +10,17 @@ shapes, not values (:class:`~step_hdl.functions.ShapeOnly`).
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections import deque
+from itertools import chain
 
 
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Memory
 from step_hdl.mapper.tiling import physical_shape, physical_tiles
 
-from .dram_timing import Dram
+from .dram_timing import PIPELINE, Dram
 
 
 class _Shape:
@@ -37,7 +40,7 @@ class _LoadState:
     load's (``early``: (completion, pieces))."""
 
     __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count", "leaving", "timer",
-                 "whole_at", "prefetch_at")
+                 "whole_at", "prefetch_at", "part", "rate", "sched")
 
     def __init__(self, ready: deque):
         self.ready = ready
@@ -49,9 +52,20 @@ class _LoadState:
         self.prev = None        # the tile index read last (a burst goes on at the next one)
         self.count = 0          # tiles read so far (a burst does not go on into the next ref element's block)
         self.leaving = (0, 0)   # the tile being sent: (physical tiles, when its last one leaves)
+        self.rate = 1.0         # cycles per physical tile on the unit's output (its stops between them included)
+        self.sched = None       # when each piece of the tile being sent leaves, where its credits paced it
         self.timer = None       # when a credit-paced issue of the pending tiles is scheduled
         self.whole_at = 0       # when the input token the prefetch stopped at is whole (_waiting)
         self.prefetch_at = 0    # when a prefetch waiting for that token is scheduled
+        # the first pending read issued in part: its pieces issued so far, their completion, and per issue
+        # (pieces, completion)
+        self.part = [0, 0, []]
+
+
+def _still(n: int, end: int, now: int, rate: float) -> int:
+    """Pieces of a tile of ``n`` leaving the unit one every ``rate`` cycles, the last at ``end``, not left
+    by ``now``."""
+    return max(0, min(n, math.ceil((end - now) / rate)))
 
 
 def _waiting(st: _LoadState, channel, now: int):
@@ -261,7 +275,7 @@ class TimedMemory(Memory):
             st.prefetch_at = t
             self.schedule(t, prefetch)
 
-    def issue(self, name: str, now: int, credits: int) -> int:
+    def issue(self, name: str, now: int, credits: int, tokens: int = 0) -> int:
         """The DRAM completion time of load ``name``'s next tile; issue it at ``now`` if not yet issued.
 
         The interpreter's load code reads a whole block of tiles before it sends
@@ -270,55 +284,148 @@ class TimedMemory(Memory):
         responses have not left the unit): requests go out as the unit's tiles
         leave, so the loads of a fabric share the DRAM tile by tile instead of one
         load's whole stream being served before the next's. As the tile starts to
-        leave, the following tiles are issued too while they fit in ``credits``
-        physical tiles, not counting this one.
+        leave, the pieces of the following tiles are issued too while ``credits``
+        are free (and later, as the pieces before them leave).
+
+        ``tokens``: the tile's tokens on the unit's output, its physical tiles and the stops among them (a
+        physical row's end in a tile more than one row high). A piece leaves a token time after the one
+        before it, and the tracker's order queue (``credits + 2`` entries) holds the stops with the pieces
+        until they leave, so of a tile with a stop after every piece only ``(credits + 2) / 2`` pieces are in
+        flight at once.
         """
         st = self._load(name)
         ready, held, pend = st.ready, st.held, st.pending   # held: physical tiles of each issued tile not yet sent
+        pieces = held[0] if held else pend[0][2]
+        st.rate = r = max(1.0, tokens / pieces)
+        credits = min(credits, int((credits + 2) / r))
+        paced = None
         if pend and not ready:
-            addr, nbytes, pieces, cont, stride, runs = pend.popleft()
-            ready.append(self.dram.access(now, addr, nbytes, pieces, name, cont, stride, runs))
-            held.append(pieces)
-            st.held_sum += pieces
+            entry = pend.popleft()
+            ready.append(self._issue_rest(st, name, now, credits, entry))
+            held.append(entry[2])
+            st.held_sum += entry[2]
+            paced = self._paced
         n = held.popleft()
         st.held_sum -= n
         done = ready.popleft()
-        # its pieces leave one a cycle as their responses come in (the unit streams them), the last one at
-        # ``done`` at the earliest: each returns its credit as it leaves
-        st.leaving = (n, max(now + n, done))
+        # its pieces leave as their responses come in (the unit streams them), the last one at ``done`` at the
+        # earliest: each returns its credit as it leaves
+        st.leaving = (n, max(now + math.ceil(n * r), done))
+        st.sched = paced
         if pend:
             self._issue_ahead(st, name, now, credits)
         return done
 
+    def _chunk(self, entry) -> int:
+        """Pieces of a read the RTL load issues together: a burst's tiles within one block (a burst takes
+        their credits at once); a piece alone where each is its own block."""
+        _, nbytes, pieces, _, _, runs = entry
+        pb = nbytes // pieces
+        if runs != 1 or not pb:
+            return 1
+        return max(1, min(pieces, self.dram.p.request_bytes // pb))
+
+    def _access_part(self, name: str, now: int, entry, a: int, b: int) -> int:
+        """Issue pieces ``a`` .. ``b - 1`` of read ``entry`` at ``now``; their completion. A piece is a
+        physical tile: the read's runs one after the other, each its pieces in address order."""
+        addr, nbytes, pieces, cont, stride, runs = entry
+        if a == 0 and b == pieces:
+            return self.dram.access(now, addr, nbytes, pieces, name, cont, stride, runs)
+        pb, per = nbytes // pieces, pieces // runs
+        done, p = 0, a
+        while p < b:
+            r, off = divmod(p, per)
+            hi = min(b, (r + 1) * per)
+            d = self.dram.access(now, addr + r * stride + off * pb, (hi - p) * pb, hi - p, name,
+                                 cont if p == 0 else off > 0)
+            if d > done:
+                done = d
+            p = hi
+        return done
+
+    def _issue_rest(self, st: _LoadState, name: str, now: int, credits: int, entry) -> int:
+        """Issue the pieces of read ``entry`` not issued yet, now that the unit is sending its tile; its
+        completion. The RTL tracker issues a piece only while it has a credit, so in a read of more pieces
+        than credits a piece waits for an earlier one to leave (the tile's own first pieces, a token time
+        apart and not before their responses): the rest are issued to the channels now, and each completes
+        a lone request's latency after the piece whose credit it takes has left, at the earliest."""
+        a, done, parts = st.part
+        st.part = [0, 0, []]
+        pieces = entry[2]
+        n0, e0 = st.leaving
+        r = st.rate
+        prior = self._still(st, now)                # the tile before it, still leaving
+        if a < pieces:
+            d = self._access_part(name, now, entry, a, pieces)
+            parts = parts + [(pieces - a, d)]
+            if d > done:
+                done = d
+        self._paced = None
+        if prior + pieces <= credits:
+            return done
+        lone = self.dram.p.latency + PIPELINE + 1
+        leave = []
+        last = e0 if e0 > now else now
+        p = 0
+        for k, d in parts:
+            for i in range(k):
+                c = d - (k - 1 - i)
+                need = prior + p + 1 - credits      # outstanding pieces that must leave before it goes out
+                if need > prior:
+                    c = max(c, math.ceil(leave[need - prior - 1]) + lone)
+                elif need > 0:
+                    c = max(c, self._left(st, now, need) + lone)
+                if c > done:
+                    done = c
+                last = max(c, last + r)
+                leave.append(last)
+                p += 1
+        self._paced = [math.ceil(t) for t in leave]
+        return done
+
+    @staticmethod
+    def _still(st: _LoadState, now: int) -> int:
+        """Pieces of the tile being sent not left by ``now``."""
+        if st.sched is not None:
+            return len(st.sched) - bisect_right(st.sched, now)
+        n0, e0 = st.leaving
+        return _still(n0, e0, now, st.rate)
+
     def _left(self, st: _LoadState, now: int, k: int) -> int:
         """When the ``k``-th (from 1) of a load's outstanding pieces leaves the unit (so its credit is free
-        again), estimated: the tile being sent, then the tiles issued after it, each piece one cycle after
-        the one before it and not before its response (a tile's responses come one a cycle, the last at its
-        completion)."""
+        again), estimated: the tile being sent, then the tiles issued after it and the pieces of the read
+        issued in part, each piece a token time (:attr:`_LoadState.rate`) after the one before it and not
+        before its response (a tile's responses come one a cycle, the last at its completion)."""
         n0, e0 = st.leaving
-        gone = max(0, min(n0, now - (e0 - n0)))          # pieces of the tile being sent that have left
-        if k <= n0 - gone:
-            return e0 - n0 + gone + k
-        k -= n0 - gone
+        r = st.rate
+        left = n0 - self._still(st, now)            # pieces of the tile being sent that have left
+        if k <= n0 - left:
+            if st.sched is not None:
+                return st.sched[left + k - 1]
+            return math.ceil(e0 - (n0 - left - k) * r)
+        k -= n0 - left
         last = e0
-        for n, done in zip(st.held, st.ready):
-            first = max(last + 1, done - n + 1)
+        for n, done in chain(zip(st.held, st.ready), st.part[2]):    # then the read issued in part
+            first = max(last + r, done - n + 1)
             if k <= n:
-                return first + k - 1
+                return math.ceil(first + (k - 1) * r)
             k -= n
-            last = first + n - 1
-        return last
+            last = first + (n - 1) * r
+        return math.ceil(last)
 
     def _issue_ahead(self, st: _LoadState, name: str, now: int, credits: int) -> None:
-        """Issue the load's pending tiles whose first request has a free credit at ``now`` (``units.offchip``
+        """Issue the load's pending reads while their pieces have free credits at ``now`` (``units.offchip``
         ``_Tracker``: a request while fewer than ``credits`` of its physical tiles are outstanding, and the
-        walk goes on into the next tile as soon as it may); for the next one, schedule this again for when
-        the pieces before it will have left."""
+        walk goes on into the next tile as soon as it may; a read of more pieces than are free goes out in
+        part); for the next piece, schedule this again for when the pieces before it will have left."""
         n0, e0 = st.leaving
-        pend, access = st.pending, self.dram.access
+        pend = st.pending
         while pend:
-            outstanding = max(0, min(n0, e0 - now)) + st.held_sum
-            wait = outstanding + 1 - credits                 # pieces that must leave before its first request
+            entry, part = pend[0], st.part
+            pieces = entry[2]
+            take = min(self._chunk(entry), pieces - part[0])
+            outstanding = self._still(st, now) + st.held_sum + part[0]
+            wait = outstanding + take - credits              # pieces that must leave before the next go out
             if wait > 0:
                 t = self._left(st, now, wait)
                 if t > now:
@@ -326,10 +433,23 @@ class TimedMemory(Memory):
                         st.timer = t
                         self.schedule(t, lambda: self._issue_ahead(st, name, t, credits))
                     return
-            addr, nbytes, pieces, cont, stride, runs = pend.popleft()
-            st.ready.append(access(now, addr, nbytes, pieces, name, cont, stride, runs))
-            st.held.append(pieces)
-            st.held_sum += pieces
+                k = take
+            else:
+                k = pieces - part[0]
+                free = credits - outstanding
+                if k > free:
+                    k = free - free % take                    # whole bursts (wait <= 0: free >= take)
+            d = self._access_part(name, now, entry, part[0], part[0] + k)
+            part[0] += k
+            part[2].append((k, d))
+            if d > part[1]:
+                part[1] = d
+            if part[0] == pieces:
+                pend.popleft()
+                st.ready.append(part[1])
+                st.held.append(pieces)
+                st.held_sum += pieces
+                st.part = [0, 0, []]
 
     def read_tile(self, node, arr, index, tr, tc):
         """A load's read, issued to DRAM later, when the load unit gets to it (:meth:`issue`), unless the

@@ -114,20 +114,21 @@ def _verilator_point(p):
 @pytest.mark.slow
 @pytest.mark.parametrize("params, rtl, model_cycles", [
     # the quick start's point in bf16 (55 s build)
-    ({"batch": 16, "hidden": 64, "inter": 128, "tile-b": 8, "tile-inter": 32}, 2504, 2528),
+    ({"batch": 16, "hidden": 64, "inter": 128, "tile-b": 8, "tile-inter": 32}, 2504, 2549),
 ])
 def test_bf16_swiglu_on_verilator(params, rtl, model_cycles):
-    """Measured 2026-12-03: RTL 2,504 cycles (int16: 2,506), model 2,528 (+1.0 %)."""
+    """Measured 2026-12-03: RTL 2,504 cycles (int16: 2,506), model 2,549 (+1.8 %; 2,528 before the loads'
+    order queue was in the model)."""
     from step_hdl.sim.compare import Point
     res, m = _verilator_point(Point("swiglu", {**params, "dtype": "bf16"}, 4, "paper"))
     assert res.cycles == rtl and abs(m / rtl - 1) <= 0.05, (res.cycles, m, model_cycles)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tiling, rtl, model_cycles", [("dynamic", 1564, 1518), ("static", 1133, 1102)])
+@pytest.mark.parametrize("tiling, rtl, model_cycles", [("dynamic", 1564, 1534), ("static", 1133, 1105)])
 def test_bf16_moe_mixtral_b64_on_verilator(routing, tiling, rtl, model_cycles):
     """The MoE of the real trace in bf16 (340 units, a 20-minute Verilator build each), bit for bit; measured
-    2026-12-03: dynamic tiles RTL 1,564 / model 1,518 (-2.9 %), static tiles of 4 rows 1,133 / 1,102 (-2.7 %);
+    2026-12-03: dynamic tiles RTL 1,564 / model 1,534 (-1.9 %), static tiles of 4 rows 1,133 / 1,105 (-2.5 %);
     max relative error against float64 0.0059 (budget 0.039)."""
     from step_hdl.sim.compare import Point
     routing("mixtral_b64")

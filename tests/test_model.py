@@ -224,6 +224,45 @@ def test_a_random_store_keeps_writes_in_flight():
     assert simulate(g, one).cycles >= 16 * trip
 
 
+def _copy(rows, cols, tile, out_rows, out_cols):
+    """A load of ``tile``-sized tiles of a ``[rows, cols]`` int16 tensor, stored back whole (one load unit and
+    one store in RTL)."""
+    from step_hdl import Graph
+    g = Graph("copy")
+    g.tensor("x", rows, cols, "int16")
+    g.tensor("y", out_rows, out_cols, "int16")
+    n = rows * cols // (tile[0] * tile[1])
+    g.store(g.load("x", tile=tile, out_shape=[n], stride=[1], name="load_x"), "y", tile=tile)
+    return g
+
+
+def test_a_load_keeps_no_more_pieces_in_flight_than_its_credits():
+    """The RTL load's tracker issues a physical tile's request only while fewer than ``mem_inflight`` are in
+    flight, so of a [16, 64] tile (64 physical tiles) on 16 credits a quarter goes out at once and each of the
+    others when an earlier one has left: four such tiles take 16 round trips. The model issued the whole tile
+    when one credit was free (RTL 1,191 cycles at 16 credits, 656 at 32; the model 600 and 552, now 1,227 and
+    700)."""
+    g = _copy(64, 64, (16, 64), 64, 64)
+    trip = DRAM_PRESETS["paper"].latency + 2
+    for credits in (16, 32):
+        cycles = simulate(g, ModelParams(tile=4, mem_inflight=credits)).cycles
+        assert 256 / credits * trip <= cycles <= 1.25 * (256 / credits * trip + 64), (credits, cycles)
+
+
+def test_a_loads_stops_hold_its_order_queue():
+    """The tracker's order queue (``mem_inflight + 2`` entries) holds a load's stops with its requests until
+    they leave: of [64, 4] column tiles, a stop after every physical tile, only 9 pieces are in flight on 16
+    credits (RTL 3,974 cycles for 32 tiles, 2,184 on 32 credits; the model 2,703 and 1,439 when it counted
+    the requests only, now 4,240 and 2,161). Each piece also leaves a token time after the one before it, two
+    cycles here."""
+    g = _copy(64, 128, (64, 4), 2048, 4)
+    trip = DRAM_PRESETS["paper"].latency + 2
+    for credits in (16, 32):
+        in_flight = (credits + 2) // 2
+        cycles = simulate(g, ModelParams(tile=4, mem_inflight=credits)).cycles
+        assert 512 / in_flight * trip <= cycles <= 1.25 * 512 / in_flight * trip, (credits, cycles)
+
+
 def test_a_narrow_tile_is_timed_where_the_rtl_lays_it_out():
     """The RTL stores a tensor physical tile after physical tile, row by row of the whole tensor, so a
     [64, 4] column tile of a [64, 128] int16 tensor on 4x4 tiles is 16 tiles of 32 bytes, 1,024 bytes apart:
