@@ -298,6 +298,9 @@ def _key(*parts) -> str:
     return h.hexdigest()
 
 
+LUT_MAPPERS = ("abc9", "abc")
+
+
 def _reintegration_prelude(name: str) -> list[str]:
     """Yosys commands before ``synth_ecp5`` that avoid its aborts in ABC reintegration (toolchain notes)."""
     return [f"hierarchy -top {name}", "proc", "opt_clean -purge", "rename -enumerate"]
@@ -306,7 +309,7 @@ def _reintegration_prelude(name: str) -> list[str]:
 def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
                router: str | None = None, placer: str | None = None, progress=None,
-               yosys_timeout_s: float | None = None) -> SynthReport:
+               yosys_timeout_s: float | None = None, lut_mapper: str = "abc9") -> SynthReport:
     """Synthesize (and by default place and route) ``component`` for ``target``.
 
     Parameters
@@ -345,6 +348,10 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         Called with one-line progress messages.
     yosys_timeout_s : float, optional
         Stop Yosys after this many seconds (a :class:`YosysError` saying so); default no limit.
+    lut_mapper : {"abc9", "abc"}
+        ``abc9`` (``synth_ecp5``'s own, timing-driven, the default) or ``abc`` (classic ABC, ``abc -dress
+        -lut 4:7``, in place of ``synth_ecp5``'s ``map_luts`` step): on a wide combinational float datapath
+        ABC9 runs for hours where ABC takes minutes, at some cost in depth.
 
     Returns
     -------
@@ -357,6 +364,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     """
     if target not in TARGETS:
         raise StepError(f"unknown FPGA target {target!r}; known: {', '.join(TARGETS)}")
+    if lut_mapper not in LUT_MAPPERS:
+        raise StepError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
     tgt = TARGETS[target]
     say = progress or (lambda msg: None)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
@@ -375,9 +384,18 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
 
     def yosys_script(prelude: bool) -> str:
         script = [f"read_rtlil {name}.il"] + (_reintegration_prelude(name) if prelude else [])
+        # synth_ecp5 in pieces where needed, each -run going on where the last stopped: the soft multipliers
+        # Booth-encoded before its coarse step; classic ABC in place of its map_luts step
+        first = "begin"
         if soft:
             script += [f"synth_ecp5 -top {name} -run begin:coarse", "proc", "select -read soft_mul.sel",
-                       "booth %", "select -clear", f"synth_ecp5 -top {name} -run coarse: -json {name}.json"]
+                       "booth %", "select -clear"]
+            first = "coarse"
+        if lut_mapper == "abc":
+            script += [f"synth_ecp5 -top {name} -run {first}:map_luts", "techmap -map +/lattice/latches_map.v",
+                       "abc -dress -lut 4:7", "clean", f"synth_ecp5 -top {name} -run map_cells: -json {name}.json"]
+        elif soft:
+            script.append(f"synth_ecp5 -top {name} -run coarse: -json {name}.json")
         else:
             script.append(f"synth_ecp5 -top {name} -json {name}.json")
         return "; ".join(script + ["tee -q -o stat.json stat -json"])

@@ -137,3 +137,19 @@ def test_synth_command_line():
                                                                                   "ecp5-85f")
     args = parser().parse_args(["synth", "Map[matmul]", "--tile", "2", "--no-place"])
     assert (args.workload, args.tile, args.dtype, args.no_place) == ("Map[matmul]", 2, "int8", True)
+
+
+def test_classic_abc_maps_a_unit_too(tmp_path):
+    """``lut_mapper="abc"`` (the float units' fallback where ABC9 runs for hours) maps the same unit to LUTs
+    with the same flip-flops; an unknown mapper is named."""
+    from step_hdl.errors import StepError
+    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.units.compute import Map, MapParams
+
+    def unit():
+        return Map(MapParams(2, 2, "int8", 3, fns=("add",)))
+    reps = {m: synthesize(unit(), "u", workdir=tmp_path / m, place=False, lut_mapper=m) for m in ("abc9", "abc")}
+    assert reps["abc"].luts > 0 and reps["abc"].ffs == reps["abc9"].ffs > 0
+    assert "abc -dress -lut 4:7" in (tmp_path / "abc" / "yosys.log").read_text()
+    with pytest.raises(StepError, match="unknown LUT mapper 'abc10'; known: abc9, abc"):
+        synthesize(unit(), "u", workdir=tmp_path / "x", place=False, lut_mapper="abc10")
