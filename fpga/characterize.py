@@ -534,7 +534,11 @@ def run_calibration(fabric_json=None, workdir=None, tile=2) -> dict:
 
 # ----------------------------------------------------------------------------- baselines
 
-BASELINE_UNITS = (("Map[add]", 4, "int8"), ("Queue", 4, "int8"))
+#: the units the ``synth`` tests run through the whole flow against their baseline: two small ones, and the
+#: pipelined builds of issue 22 (their Fmax floors)
+BASELINE_UNITS = (("Map[add]", 4, "int8"), ("Queue", 4, "int8"), ("Map[matmul] pipelined", 4, "int8"),
+                  ("Map[silu] pipelined", 4, "int8"), ("OnChipBuffer pipelined", 4, "int8"),
+                  ("MatMul pipelined", 4, "int8"))
 
 
 def baseline_key(tools: dict) -> str:
