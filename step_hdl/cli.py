@@ -28,7 +28,7 @@ Commands
     of {tile_b, tile_inter, cycles}, or ``bench/rtl_sim.py --sweep --json``
     output) and print model vs RTL cycles per point, Pearson correlation and
     mean absolute percentage error; ``--plot`` draws both series.
-``step-hdl synth <workload|unit> [params] [--pipeline] [--target ecp5-85f] [--freq MHz] [--json]``
+``step-hdl synth <workload|unit> [params] [--pipeline] [--target ecp5-85f|gw2a-18] [--freq MHz] [--json]``
     Synthesize, place and route a mapped workload (without the testbench
     counters and the DRAM model) or one unit (``--tile``, ``--dtype``) on an
     FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
