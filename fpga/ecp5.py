@@ -305,6 +305,33 @@ def _key(*parts) -> str:
 LUT_MAPPERS = ("abc9", "abc")
 
 
+def place_and_route(tgt: Target, args: list, work: Path, netlist: str, wall: dict, logs: dict, starting,
+                    clock: str | None = "clk", unchanged=lambda: None) -> dict:
+    """nextpnr on ``netlist`` in ``work`` with ``args`` (writing ``report.json``), unless its inputs are
+    those of the last run there; its wall time and steps go into ``wall``, its log into ``logs``. Returns
+    :func:`parse_report` of ``clock`` (``None``: the report's one clock, whatever nextpnr named its net).
+    ``starting()`` is called when nextpnr runs, ``unchanged()`` when its last results are read back."""
+    key = _key((work / netlist).read_bytes(), *args, tool_versions(tgt.name).get(tgt.nextpnr))
+    done = _stamp(work, "nextpnr", key)
+    if done and (work / "report.json").exists():
+        wall["nextpnr_s"] = done["wall_s"]
+        unchanged()
+    else:
+        starting()
+        t0 = time.perf_counter()
+        run_nextpnr(tgt, args, work)
+        wall["nextpnr_s"] = round(time.perf_counter() - t0, 2)
+        _save_stamp(work, "nextpnr", key, wall["nextpnr_s"])
+    logs["nextpnr"] = str(work / "nextpnr.log")
+    if (work / "nextpnr.log").exists():
+        wall.update(parse_log_times((work / "nextpnr.log").read_text()))
+    report = json.loads((work / "report.json").read_text())
+    if clock is None:
+        clocks = list(report.get("fmax", {}))
+        clock = clocks[0] if clocks else "clk"
+    return parse_report(report, clock)
+
+
 def _reintegration_prelude(name: str) -> list[str]:
     """Yosys commands before ``synth_ecp5`` that avoid its aborts in ABC reintegration (toolchain notes)."""
     return [f"hierarchy -top {name}", "proc", "opt_clean -purge", "rename -enumerate"]
@@ -440,21 +467,9 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
                 "--seed", str(seed), "--router", router, "--report", "report.json"]
         if placer:
             args += ["--placer", placer]
-        key = _key((work / f"{name}.json").read_bytes(), *args, tool_versions(target).get(tgt.nextpnr))
-        done = _stamp(work, "nextpnr", key)
-        if done and (work / "report.json").exists():
-            wall["nextpnr_s"] = done["wall_s"]
-            say(f"{name}: place and route unchanged since the last run in {work}")
-        else:
-            say(f"{name}: nextpnr place and route at {freq_mhz:g} MHz ({router}) ...")
-            t0 = time.perf_counter()
-            run_nextpnr(tgt, args, work)
-            wall["nextpnr_s"] = round(time.perf_counter() - t0, 2)
-            _save_stamp(work, "nextpnr", key, wall["nextpnr_s"])
-        logs["nextpnr"] = str(work / "nextpnr.log")
-        if (work / "nextpnr.log").exists():
-            wall.update(parse_log_times((work / "nextpnr.log").read_text()))
-        pnr = parse_report(json.loads((work / "report.json").read_text()))
+        pnr = place_and_route(tgt, args, work, f"{name}.json", wall, logs,
+                              lambda: say(f"{name}: nextpnr place and route at {freq_mhz:g} MHz ({router}) ..."),
+                              unchanged=lambda: say(f"{name}: place and route unchanged since the last run in {work}"))
         luts = pnr["utilization"].get("TRELLIS_COMB", luts)
         say(f"{name}: Fmax {pnr['fmax_mhz'] or 0:.1f} MHz ({wall['nextpnr_s']:.0f} s)")
     return SynthReport(name=name, target=target, luts=luts, ffs=stat["ffs"], dsps=stat["dsps"],

@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .ecp5 import (TARGETS, SynthReport, _key, _save_stamp, _stamp, parse_log_times, parse_report, run_nextpnr,
-                   tool_versions)
+from .ecp5 import TARGETS, SynthReport, _key, _save_stamp, _stamp, place_and_route, tool_versions
 from .harness import PinHarness
 from .yosys import run_yosys, to_rtlil
 
@@ -91,22 +90,9 @@ def synthesize_gowin(component, name: str, workdir=None, freq_mhz: float = 100.0
         (work / f"{top}.cst").write_text("".join(f'IO_LOC "{p}" {pin};\n' for p, pin in PINS.items()))
         args = ["--json", f"{top}.json", "--vopt", f"cst={top}.cst", "--freq", f"{freq_mhz:g}",
                 "--timing-allow-fail", "--seed", str(seed), "--report", "report.json"]
-        key = _key((work / f"{top}.json").read_bytes(), *args, tool_versions(target).get(tgt.nextpnr))
-        done = _stamp(work, "nextpnr", key)
-        if done and (work / "report.json").exists():
-            wall["nextpnr_s"] = done["wall_s"]
-        else:
-            say(f"{name}: nextpnr-himbaechel place and route at {freq_mhz:g} MHz ...")
-            t0 = time.perf_counter()
-            run_nextpnr(tgt, args, work)
-            wall["nextpnr_s"] = round(time.perf_counter() - t0, 2)
-            _save_stamp(work, "nextpnr", key, wall["nextpnr_s"])
-        logs["nextpnr"] = str(work / "nextpnr.log")
-        if (work / "nextpnr.log").exists():
-            wall.update(parse_log_times((work / "nextpnr.log").read_text()))
-        report = json.loads((work / "report.json").read_text())
-        clocks = list(report.get("fmax", {}))          # the harness's one clock (nextpnr names its net)
-        pnr = parse_report(report, clocks[0] if clocks else "clk")
+        # the harness's one clock, whatever nextpnr named its net
+        pnr = place_and_route(tgt, args, work, f"{top}.json", wall, logs, lambda: say(
+            f"{name}: nextpnr-himbaechel place and route at {freq_mhz:g} MHz ..."), clock=None)
         say(f"{name}: Fmax {pnr['fmax_mhz'] or 0:.1f} MHz ({wall['nextpnr_s']:.0f} s)")
     return SynthReport(name=name, target=target, luts=stat["synth_luts"], ffs=stat["ffs"], dsps=stat["dsps"],
                        brams=stat["brams"], synth_luts=stat["synth_luts"], lutrams=stat["lutrams"],
