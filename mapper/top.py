@@ -15,7 +15,8 @@ Interface of :class:`FabricTop` (``docs/architecture.md`` has the table):
 ``done`` (out)
     every store unit has written its last tile (latched until reset).
 ``hung`` (out)
-    no token or memory transfer anywhere for ``watchdog`` cycles while running.
+    no token or memory transfer anywhere for ``watchdog`` cycles while running (activity is seen two
+    cycles late: a registered OR tree over every handshake).
 ``mem0 .. mem{n-1}``
     one memory port per off-chip unit (request/response streams of
     :mod:`step_hdl.units.memport`), in :attr:`Design.mem_units` order.
@@ -48,6 +49,10 @@ from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
 from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+
+
+#: handshakes OR-ed into one registered activity flag (the watchdog's first stage)
+ACTIVITY_GROUP = 16
 
 
 class FabricTop(wiring.Component):
@@ -140,8 +145,13 @@ class FabricTop(wiring.Component):
         live = running & ~done
 
         values = {}
-        any_transfer = Signal()
-        m.d.comb += any_transfer.eq(Cat(*transfers).any() if transfers else 0)
+        # whether anything moved, two cycles late: the handshakes of every unit, gathered across the whole
+        # chip, are OR-ed in registered groups and the groups' flags OR-ed into one register, so the
+        # watchdog is no long path (it was the SwiGLU fabric's critical path, 20.5 ns, 85 % routing)
+        groups = [Cat(*transfers[k:k + ACTIVITY_GROUP]).any() for k in range(0, len(transfers), ACTIVITY_GROUP)]
+        seen = Signal(max(1, len(groups)), name="activity")
+        any_transfer = Signal(name="any_activity")
+        m.d.sync += [seen.eq(Cat(*groups) if groups else 0), any_transfer.eq(seen.any())]
         idle = Signal(COUNTER_BITS, name="idle")
         with m.If(live):
             m.d.sync += idle.eq(idle + 1)
