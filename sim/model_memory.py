@@ -301,10 +301,10 @@ class TimedMemory(Memory):
         paced = None
         if pend and not ready:
             entry = pend.popleft()
-            ready.append(self._issue_rest(st, name, now, credits, entry))
+            done, paced = self._issue_rest(st, name, now, credits, entry)
+            ready.append(done)
             held.append(entry[2])
             st.held_sum += entry[2]
-            paced = self._paced
         n = held.popleft()
         st.held_sum -= n
         done = ready.popleft()
@@ -343,12 +343,13 @@ class TimedMemory(Memory):
             p = hi
         return done
 
-    def _issue_rest(self, st: _LoadState, name: str, now: int, credits: int, entry) -> int:
+    def _issue_rest(self, st: _LoadState, name: str, now: int, credits: int, entry) -> tuple:
         """Issue the pieces of read ``entry`` not issued yet, now that the unit is sending its tile; its
-        completion. The RTL tracker issues a piece only while it has a credit, so in a read of more pieces
-        than credits a piece waits for an earlier one to leave (the tile's own first pieces, a token time
-        apart and not before their responses): the rest are issued to the channels now, and each completes
-        a lone request's latency after the piece whose credit it takes has left, at the earliest."""
+        completion, and when each of its pieces leaves where credits paced them (else ``None``). The RTL
+        tracker issues a piece only while it has a credit, so in a read of more pieces than credits a piece
+        waits for an earlier one to leave (the tile's own first pieces, a token time apart and not before
+        their responses): the rest are issued to the channels now, and each completes a lone request's
+        latency after the piece whose credit it takes has left, at the earliest."""
         a, done, parts = st.part
         st.part = [0, 0, []]
         pieces = entry[2]
@@ -360,9 +361,8 @@ class TimedMemory(Memory):
             parts = parts + [(pieces - a, d)]
             if d > done:
                 done = d
-        self._paced = None
         if prior + pieces <= credits:
-            return done
+            return done, None
         lone = self.dram.p.latency + PIPELINE + 1
         leave = []
         last = e0 if e0 > now else now
@@ -380,8 +380,7 @@ class TimedMemory(Memory):
                 last = max(c, last + r)
                 leave.append(last)
                 p += 1
-        self._paced = [math.ceil(t) for t in leave]
-        return done
+        return done, [math.ceil(t) for t in leave]
 
     @staticmethod
     def _still(st: _LoadState, now: int) -> int:
