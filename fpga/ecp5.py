@@ -305,6 +305,18 @@ def _key(*parts) -> str:
 LUT_MAPPERS = ("abc9", "abc")
 
 
+def start_synthesis(component, name: str, workdir, progress) -> tuple:
+    """What every flow's :func:`synthesize` starts with: ``(say, work, rtlil_text, wall)``: the progress
+    callable, the work directory (made; a new temporary one without ``workdir``), the component's RTLIL and
+    the wall-time record with its ``rtlil_s``."""
+    say = progress or (lambda msg: None)
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    text = to_rtlil(component, name)
+    return say, work, text, {"rtlil_s": round(time.perf_counter() - t0, 2)}
+
+
 def place_and_route(tgt: Target, args: list, work: Path, netlist: str, wall: dict, logs: dict, starting,
                     clock: str | None = "clk", unchanged=lambda: None) -> dict:
     """nextpnr on ``netlist`` in ``work`` with ``args`` (writing ``report.json``), unless its inputs are
@@ -401,14 +413,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         from .gowin import synthesize_gowin
         return synthesize_gowin(component, name, workdir, freq_mhz, place, seed, progress, yosys_timeout_s)
     tgt = TARGETS[target]
-    say = progress or (lambda msg: None)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
-    work.mkdir(parents=True, exist_ok=True)
-    wall = {}
-    t0 = time.perf_counter()
-    text = to_rtlil(component, name)
+    say, work, text, wall = start_synthesis(component, name, workdir, progress)
     (work / f"{name}.il").write_text(text)
-    wall["rtlil_s"] = round(time.perf_counter() - t0, 2)
 
     budget = tgt.dsps if dsp_budget == -1 else dsp_budget
     soft = soft_multipliers(multipliers(text), budget)

@@ -16,11 +16,11 @@ same :class:`~.ecp5.SynthReport` as the ECP5 flow:
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from pathlib import Path
 
-from .ecp5 import TARGETS, SynthReport, _key, _save_stamp, _stamp, place_and_route, tool_versions
+from .ecp5 import (TARGETS, SynthReport, _key, _save_stamp, _stamp, place_and_route, start_synthesis,
+                   tool_versions)
 from .harness import PinHarness
 from .yosys import run_yosys, to_rtlil
 
@@ -67,13 +67,7 @@ def synthesize_gowin(component, name: str, workdir=None, freq_mhz: float = 100.0
     """
     target = "gw2a-18"
     tgt = TARGETS[target]
-    say = progress or (lambda msg: None)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
-    work.mkdir(parents=True, exist_ok=True)
-    wall = {}
-    t0 = time.perf_counter()
-    text = to_rtlil(component, name)
-    wall["rtlil_s"] = round(time.perf_counter() - t0, 2)
+    say, work, text, wall = start_synthesis(component, name, workdir, progress)
     wall["yosys_s"], _ = _yosys(work, name, text, "-noiopads", say, yosys_timeout_s)
     stat = parse_stat_gowin(json.loads((work / f"{name}.stat.json").read_text()))
     logs = {"yosys": str(work / f"{name}.yosys.log")}
