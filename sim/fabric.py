@@ -13,6 +13,7 @@ and compared with the interpreter. A hang is reported as a
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -339,7 +340,10 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     t0 = time.time()
     text = to_verilog(FabricHarness(design, dram, depth, faults=faults), name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    # written whole under another name first: a process reading the cache never sees half a file
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return text, name, time.time() - t0
 
 

@@ -7,6 +7,7 @@ Builds are cached by a hash of the generated Verilog under ``$STEP_HDL_BUILD``
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -131,6 +132,10 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt]).encode()).hexdigest()[:16]
     bdir = build_root() / f"{toplevel}-{backend}-{digest}"
     bdir.mkdir(parents=True, exist_ok=True)
+    # a lock per build folder: a second process (a sweep's other worker) waits for the first's build and
+    # then finds it up to date
+    lock = open(bdir / ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     src = bdir / f"{toplevel}.v"
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)
@@ -148,6 +153,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         raise RtlError(f"{backend} build of {toplevel} failed ({exc}); log {log}:\n{tail}") from None
     finally:
         os.environ["MAKEFLAGS"] = flags
+        lock.close()
     return runner, bdir, time.time() - t0
 
 

@@ -34,6 +34,12 @@ Commands
     FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
     ``--pipeline`` (also on ``build`` and ``sim``): ``Fabric.pipeline``, the
     compute units' function stages and the buffers' SRAM output register.
+``step-hdl sweep <workload> [--grid NAME=V1,V2]... [--set NAME=V]... [--points JSON] [--eval metrics,model,sim] [--executor process|ray|serial] [--out table.csv] [--plot PNG]``
+    Evaluate every point of a grid over workload parameters, ``phys-tile``,
+    ``dram`` and ``fabric.<field>`` on a process pool or a Ray cluster, with a
+    progress bar; results are cached by content (a re-run computes only new
+    or changed points, an interrupted one resumes); ``--plot`` draws the
+    Pareto front (``docs/sweep.md``).
 ``step-hdl draw <workload> [params] -o graph.dot``
     Graphviz DOT of the graph, edges labelled with stream shape and element type.
 ``step-hdl export <workload> [params] -o graph.json [--inputs in.npz]``
@@ -155,7 +161,7 @@ def _params_of(args) -> dict:
 
 
 def cmd_metrics(args) -> int:
-    from .metrics import metrics, observed_symbols
+    from .metrics import metrics, workload_values
     if args.workload == GRAPH and args.symbolic and args.inputs is None:
         # the expressions alone: a graph file needs no inputs for them
         from .workloads.files import load_graph
@@ -165,11 +171,9 @@ def cmd_metrics(args) -> int:
         graph, values = w.graph, dict(w.subs)
     m = metrics(graph)
     observed = False
-    free = {s.name for s in m.subs(values).symbols()}
-    if free and not args.symbolic:
-        # dynamic sizes not given by the workload: observe them in an interpreter run
-        values.update(observed_symbols(w.graph, w.run()))
-        observed = True
+    if w is not None and not args.symbolic:
+        # dynamic sizes not given by the workload: observed in an interpreter run
+        values, observed = workload_values(m, w)
     report = m.to_dict(values if not args.symbolic else None)
     report["workload"] = _label(args)
     report["params"] = _params_of(args)
@@ -446,6 +450,8 @@ def parser() -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "export", "a workload's graph as JSON", export_args, graph_files=False)
     _add_compare_parser(sub)
     _add_synth_parser(sub)
+    from .sweep.command import add_parser as add_sweep_parser
+    add_sweep_parser(sub, WORKLOADS)
     return ap
 
 
@@ -605,8 +611,13 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .sweep.command import cmd_sweep as run
+    return run(args)
+
+
 COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build": cmd_build, "sim": cmd_sim,
-            "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare, "synth": cmd_synth}
+            "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare, "synth": cmd_synth, "sweep": cmd_sweep}
 
 
 def _graph_file_argv(argv: list) -> list:

@@ -172,6 +172,16 @@ def metrics(graph: Graph) -> Metrics:
     return Metrics(nodes)
 
 
+def workload_values(m: Metrics, workload) -> tuple[dict, bool]:
+    """The values that substitute ``m`` (the metrics of ``workload``'s graph): the workload's own sizes, and
+    the dynamic sizes it leaves free as observed in an interpreter run; and whether a run was needed."""
+    values = dict(workload.subs)
+    if not {s.name for s in m.subs(values).symbols()}:
+        return values, False
+    values.update(observed_symbols(workload.graph, workload.run()))
+    return values, True
+
+
 def observed_symbols(graph: Graph, result) -> dict:
     """Values of the graph's dynamic dimensions as observed in an interpreter run.
 

@@ -19,13 +19,15 @@ from pathlib import Path
 
 #: layer of each subpackage, lowest first; a module may import only its own layer or lower ones
 LAYERS = {"language": 0, "units": 1, "mapper": 2, "sim": 3, "fpga": 3, "top": 4}
-#: the top layer: the command line and the flow API that joins mapping, emission and simulation
+#: the top layer: the command line, the flow API that joins mapping, emission and simulation, and the sweeps
+#: that run them
 TOP_MODULES = ("step_hdl.cli", "step_hdl.flow")
+TOP_PACKAGES = ("step_hdl.sweep",)
 
 
 def layer_of(module: str) -> str:
     """``language``, ``units``, ``mapper``, ``sim``, ``fpga`` or ``top`` for a ``step_hdl`` module name."""
-    if module in TOP_MODULES:
+    if module in TOP_MODULES or any(module == p or module.startswith(p + ".") for p in TOP_PACKAGES):
         return "top"
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in LAYERS and parts[1] not in ("language", "top"):
@@ -119,7 +121,7 @@ def package_modules() -> list[str]:
     import step_hdl
     out = []
     roots = {"step_hdl": Path(step_hdl.__file__).parent}
-    for sub in ("ops", "units", "mapper", "sim", "fpga", "workloads"):
+    for sub in ("ops", "units", "mapper", "sim", "fpga", "workloads", "sweep"):
         f = source_file(f"step_hdl.{sub}")
         if f is not None:
             roots[f"step_hdl.{sub}"] = f.parent
