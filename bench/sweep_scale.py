@@ -26,7 +26,7 @@ SwiGLU part (``--no-rtl`` skips it): the paper's 15 points (B=64 H=256 I=512,
 fabric, one build, cached per machine), serially, on Ray with 2 CPUs, from the
 cache, and killed and resumed as above.
 
-    python bench/sweep_scale.py [--json PATH] [--points N] [--out DIR] [--no-rtl]
+    python bench/sweep_scale.py [--json PATH] [--points N] [--out DIR] [--no-rtl] [--no-moe]
 """
 
 from __future__ import annotations
@@ -144,17 +144,19 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="workers of the parallel runs (default: 2)")
     ap.add_argument("--out", default=str(OUT), help=f"folder for the table and the Pareto plot (default: {OUT})")
     ap.add_argument("--no-rtl", action="store_true", help="skip the SwiGLU model-and-RTL part")
+    ap.add_argument("--no-moe", action="store_true", help="skip the 1,000-point MoE part")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"cores": default_workers(), "workers": args.workers}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        report["moe"], ref = run_part("moe", moe_points(args.points), args.workers, tmp)
-        write_table(ref, out / "moe_sweep.csv")
-        front = plot_pareto(ref.rows, "onchip_bytes", "model_cycles", out / "moe_pareto.png",
-                            f"MoE, {len(ref.rows)} points: on-chip bytes against model cycles")
-        report["moe"]["pareto_points"] = len(front)
+        if not args.no_moe:
+            report["moe"], ref = run_part("moe", moe_points(args.points), args.workers, tmp)
+            write_table(ref, out / "moe_sweep.csv")
+            front = plot_pareto(ref.rows, "onchip_bytes", "model_cycles", out / "moe_pareto.png",
+                                f"MoE, {len(ref.rows)} points: on-chip bytes against model cycles")
+            report["moe"]["pareto_points"] = len(front)
         if not args.no_rtl:
             report["swiglu_rtl"], sw = run_part("swiglu", swiglu_points(), args.workers, tmp, one_worker=False)
             report["swiglu_rtl"]["rtl_cycles"] = [r.get("rtl_cycles") for r in sw.rows]
@@ -175,8 +177,9 @@ def main(argv=None) -> int:
         print(f"  killed after {r['killed_after']} points cached; the restart computed {r['restart_computed']} "
               f"and took {r['restart_cached']} from the cache (recomputed {r['resumed_recomputed']} finished "
               f"before), identical {r['resumed_identical']}")
-    print(f"table {out / 'moe_sweep.csv'}, Pareto plot {out / 'moe_pareto.png'} "
-          f"({report['moe']['pareto_points']} points on the front)")
+    if "moe" in report:
+        print(f"table {out / 'moe_sweep.csv'}, Pareto plot {out / 'moe_pareto.png'} "
+              f"({report['moe']['pareto_points']} points on the front)")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

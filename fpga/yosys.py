@@ -17,8 +17,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from amaranth.back import rtlil
-
 from step_hdl.errors import StepError
 
 
@@ -77,6 +75,7 @@ def _mem_bits(design_json: dict) -> int:
 def to_rtlil(component, name: str) -> str:
     """RTLIL text of an Amaranth component (top module ``name``); a combinational loop is a :class:`YosysError`."""
     try:
+        from amaranth.back import rtlil      # (lazy: the command line lists the targets without Amaranth)
         return rtlil.convert(component, name=name, emit_src=False)
     except Exception as exc:
         if type(exc).__name__ == "CombinationalCycle":  # Amaranth finds loops before Yosys does

@@ -392,7 +392,9 @@ def _write(path: str, text: str):
             f.write(text)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``command``: the one about to run, if known (the units ``synth`` takes are
+    listed only for ``synth``: reading them imports the hardware library)."""
     from step_hdl.sim.dram_timing import DRAM_PRESETS
     ap = argparse.ArgumentParser(prog="step-hdl", description="Streaming Tensor Programs to hardware.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -449,7 +451,7 @@ def parser() -> argparse.ArgumentParser:
                             "take the graph file")
     _add_workload_parsers(sub, "export", "a workload's graph as JSON", export_args, graph_files=False)
     _add_compare_parser(sub)
-    _add_synth_parser(sub)
+    _add_synth_parser(sub, units=command in (None, "synth"))
     from .sweep.command import add_parser as add_sweep_parser
     add_sweep_parser(sub, WORKLOADS)
     return ap
@@ -535,9 +537,9 @@ def _add_compare_parser(sub):
         wp.add_argument("--plot", default=None, metavar="PNG", help="draw model against RTL cycles per point here")
 
 
-def _add_synth_parser(sub):
+def _add_synth_parser(sub, units: bool = True):
     from step_hdl.fpga.ecp5 import TARGETS
-    from step_hdl.fpga.unit_table import PIPELINED, unit_names
+    from step_hdl.fpga.unit_table import PIPELINED
 
     def common(p):
         p.add_argument("--target", default="ecp5-85f", choices=tuple(TARGETS), help="FPGA (default: ecp5-85f)")
@@ -562,6 +564,9 @@ def _add_synth_parser(sub):
                               fabric)
     wsub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     wsub.metavar = "WORKLOAD|UNIT"
+    if not units:
+        return
+    from step_hdl.fpga.unit_table import unit_names
     for name in unit_names():
         up = wsub.add_parser(name, help=f"the {name} unit", description=f"synthesize, place and route the "
                              f"{name} unit on an FPGA")
@@ -632,7 +637,7 @@ def _graph_file_argv(argv: list) -> list:
 
 def main(argv=None) -> int:
     argv = _graph_file_argv(list(sys.argv[1:] if argv is None else argv))
-    args = parser().parse_args(argv)
+    args = parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     try:
         return COMMANDS[args.command](args)
     except StepError as exc:

@@ -126,3 +126,14 @@ def test_build_never_overwrites_a_users_files(capsys, tmp_path):
     assert code == 2 and "a file of that name exists; build writes a folder" in err
     code, _, err = run_cli(capsys, "build", *SMALL_SWIGLU, "-o", str(tmp_path / "plain" / "sub"))
     assert code == 2 and "cannot write there" in err and "Traceback" not in err
+
+
+def test_help_imports_neither_sympy_nor_amaranth():
+    """``step-hdl --help`` and argument errors start fast: building the parser for any command but ``synth``
+    (whose unit list reads the hardware library) leaves the heavy libraries unimported (issue 24)."""
+    import subprocess
+    import sys
+    code = ("import sys; from step_hdl.cli import parser; parser('sim'); "
+            "print(sorted(m for m in ('sympy', 'amaranth', 'step_hdl.graph') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from .base import Workload
+if TYPE_CHECKING:       # the registry is read by the command line before any workload is built
+    from .base import Workload
 
 
 @dataclass(frozen=True)
