@@ -40,8 +40,8 @@ import json
 import sys
 from pathlib import Path
 
-from step_hdl.sim.compare import (SWEEPS, CompareError, Point, compare, load_rtl_json, plot, run_rtl_points,
-                                  workload_label)
+from step_hdl.sim.compare import SWEEPS, CompareError, Point, compare, load_rtl_json, plot, workload_label
+from step_hdl.sweep.compare import measure_points
 from step_hdl.workloads.traces import TraceNotFound
 
 CACHE = Path.home() / ".cache" / "step-hdl" / "crossval.json"
@@ -125,11 +125,14 @@ def main(argv=None) -> int:
             if cache.exists():
                 done = {Point.from_json(r).key(): r for r in load_rtl_json(cache)}
 
-            def save(rs):
+            todo = [p for p in chosen if p.key() not in done]
+            if todo:        # through step-hdl sweep: both cores, each point cached as it finishes
+                print(f"RTL of {len(todo)} points on {args.backend} ...", file=sys.stderr, flush=True)
+                for r in measure_points(todo, args.backend, progress=sys.stderr.isatty()):
+                    done[Point.from_json(r).key()] = r
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                cache.write_text(json.dumps(rs, indent=1))
-            results = run_rtl_points(chosen, args.backend, lambda m: print(m, file=sys.stderr, flush=True),
-                                     done, save)
+                cache.write_text(json.dumps(list(done.values()), indent=1))
+            results = [done[p.key()] for p in chosen]
         cmp = compare(results, progress=lambda m: print(m, file=sys.stderr, flush=True))
     except TraceNotFound as exc:
         print(f"skipped: {exc}", file=sys.stderr)

@@ -7,9 +7,10 @@ the DRAM preset and a *group*: the points of one group share one fabric
 is one Verilator build. :data:`SWEEPS` holds the default sweeps
 (``step-hdl compare <workload>``, ``bench/crossval.py``).
 
-:func:`run_rtl_points` measures points in RTL (outputs checked against the
-interpreter, off-chip bytes against the interpreter's) and records with each
-the fabric it ran on; :func:`compare` runs the model on every measured point,
+``step_hdl.sweep.compare.measure_points`` measures points in RTL through the
+sweep (outputs checked against the interpreter, off-chip bytes against the
+interpreter's) and records with each the fabric it ran on; :func:`compare`
+runs the model on every measured point,
 on that same fabric and DRAM preset, and gives per-point errors
 (``model / rtl - 1``, positive: the model is slower) with the Pearson
 correlation, mean absolute percentage error and the worst point, over all
@@ -21,7 +22,6 @@ SwiGLU sweep of ``bench/rtl_sim.py --sweep --json``).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 from step_hdl.errors import StepError
 
 __all__ = ["Comparison", "CompareError", "Point", "SWEEPS", "check_points", "compare", "load_rtl_json", "mape",
-           "model_cycles", "paper_points", "pearson", "plot", "point_workload", "run_rtl_points", "PAPER_SWIGLU",
+           "model_cycles", "paper_points", "pearson", "plot", "point_workload", "PAPER_SWIGLU",
            "swiglu_points"]
 
 #: the paper's SwiGLU sizes (B, H, I) at a 16x16 physical tile
@@ -160,51 +160,6 @@ SWEEPS = {
 
 # ----------------------------------------------------------------------------- running
 
-def run_rtl_points(points, backend: str = "verilator", progress=None, done: dict | None = None,
-                   save=None) -> list[dict]:
-    """Measure ``points`` in RTL: per group one shared fabric (one build), every output checked.
-
-    ``done`` maps point keys to results already measured (they are not run again); ``save(results)`` is
-    called after each new point (a resumable cache). Returns one result per point, in order: the point's
-    fields plus ``rtl_cycles``, ``outputs_match``, ``offchip_bytes``, ``reference_bytes``, ``fabric`` (the
-    fabric JSON the model times it with), ``design`` (its key), ``build_s``, ``run_s``.
-    """
-    from step_hdl.mapper.prepare import prepare, shared_fabric
-    from step_hdl.sim.fabric import run
-    done = dict(done or {})
-    results = {}
-    groups: dict = {}
-    for p in points:
-        groups.setdefault((p.group or p.key(), p.tile), []).append(p)
-    for (_, tile), pts in groups.items():
-        todo = [p for p in pts if p.key() not in done]
-        if not todo:
-            continue
-        ws = [point_workload(p) for p in pts]
-        fab = shared_fabric(ws, tile)
-        for p, w in zip(pts, ws):
-            if p.key() in done:
-                continue
-            t0 = time.time()
-            prep = prepare(w, fab)
-            if progress:
-                progress(f"RTL {p.label()}: {len(prep.design.units)} units on {backend} ...")
-            res = run(prep, backend, p.dram)
-            rec = {**p.to_json(), "rtl_cycles": res.cycles, "outputs_match": res.outputs_match,
-                   "offchip_bytes": res.offchip_bytes, "reference_bytes": prep.reference_bytes,
-                   "fabric": fab.to_json(), "design": prep.design.key(), "build_s": round(res.build_s, 1),
-                   "run_s": round(res.run_s, 2), "wall_s": round(time.time() - t0, 1)}
-            done[p.key()] = rec
-            if progress:
-                progress(f"  {res.cycles:,} cycles, outputs {'match' if res.outputs_match else 'DIFFER'}"
-                         f" ({rec['wall_s']} s)")
-            if save is not None:
-                save(list(done.values()))
-    for p in points:
-        results[p.key()] = done[p.key()]
-    return [results[p.key()] for p in points]
-
-
 def model_cycles(result: dict) -> int:
     """The model's cycles for a measured point, on the fabric and DRAM preset it ran on."""
     from step_hdl.mapper.fabric import Fabric
@@ -314,7 +269,7 @@ def _stats(points):
 
 
 def load_rtl_json(path, legacy_point=None) -> list[dict]:
-    """Measured points from a JSON file: a list of results (:func:`run_rtl_points`), an object with a
+    """Measured points from a JSON file: a list of results (``step_hdl.sweep.compare.measure_points``), an object with a
     ``points`` list (``bench/crossval.py --json``), or ``bench/rtl_sim.py --sweep --json`` output / a list of
     ``{tile_b, tile_inter, cycles}`` (SwiGLU; ``legacy_point(tile_b, tile_inter)`` makes each one's
     :class:`Point`). Raises :class:`CompareError` naming the file for anything else."""

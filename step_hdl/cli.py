@@ -459,7 +459,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def cmd_compare(args) -> int:
     from step_hdl.sim.compare import PAPER_SWIGLU, SWEEPS, CompareError, Point, compare, load_rtl_json, \
-        run_rtl_points, swiglu_points
+        swiglu_points
+    from step_hdl.sweep import compare as sweep_compare
     name = args.workload
     _writable(args.plot, "--plot")
     _writable(args.save_rtl, "--save-rtl")
@@ -487,10 +488,11 @@ def cmd_compare(args) -> int:
                 raise CompareError(f"{args.rtl_json}: point {k} ({p.label()}) was measured with DRAM preset "
                                    f"{p.dram!r}, not --dram {args.dram!r}")
     else:
-        # the sweep's RTL here: one build per design structure (16x16 SwiGLU: ~15 minutes the first time)
+        # the sweep's RTL here, through step-hdl sweep (one build per design structure, 16x16 SwiGLU: ~15
+        # minutes the first time; points measured before come from the sweep cache)
         print(f"running the RTL of {len(sweep)} points on {args.backend} (pass --rtl-json PATH to reuse "
               f"measured results)", file=sys.stderr, flush=True)
-        results = run_rtl_points(sweep, args.backend, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        results = sweep_compare.measure_points(sweep, args.backend, progress=sys.stderr.isatty() and not args.json)
         if args.save_rtl:
             _write(args.save_rtl, json.dumps(results, indent=1))
     cmp = compare(results)

@@ -21,7 +21,7 @@ RTL_SWIGLU_16 = {
 
 
 def _pts(cycles: dict, size=(32, 64, 64), tile=16):
-    """Results in run_rtl_points' form from ``{(tile_b, tile_inter): cycles}``."""
+    """Results in measure_points' form from ``{(tile_b, tile_inter): cycles}``."""
     B, H, I = size
     return [{"workload": "swiglu", "params": {"batch": B, "hidden": H, "inter": I, "tile-b": tb, "tile-inter": ti},
              "tile": tile, "dram": "paper", "group": "g", "rtl_cycles": c, "outputs_match": True}
@@ -116,14 +116,14 @@ def test_cli_compare_refuses_points_of_another_workload_or_preset(tmp_path, caps
 
 def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch, tmp_path):
     """Without --rtl-json, compare runs the RTL itself (here stubbed: the real sweeps take minutes)."""
-    from step_hdl.sim import compare as cmp_mod
+    from step_hdl.sweep import compare as cmp_mod
     assert paper_points(tile=4)[:2] == [(4, 4), (4, 8)] and len(paper_points()) == 15
     seen = {}
 
-    def fake(points, backend, progress=None):
+    def fake(points, backend, progress=False):
         seen.update(n=len(points), tile=points[0].tile, backend=backend, params=points[0].params)
         return [{**p.to_json(), "rtl_cycles": 1000 + 10 * k, "outputs_match": True} for k, p in enumerate(points[:2])]
-    monkeypatch.setattr(cmp_mod, "run_rtl_points", fake)
+    monkeypatch.setattr(cmp_mod, "measure_points", fake)
     saved = tmp_path / "rtl.json"
     assert main(["compare", "swiglu", "--size", "16", "8", "64", "--phys-tile", "4", "--backend", "amaranth",
                  "--json", "--save-rtl", str(saved)]) == 0

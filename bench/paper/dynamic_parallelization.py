@@ -110,7 +110,7 @@ def gqa_role(name: str):
 
 
 def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int = GROUP,
-              head_dim: int = HEAD_DIM, regions: int = REGIONS, credits: int = 2) -> dict:
+              head_dim: int = HEAD_DIM, regions: int = REGIONS, credits: int = 2, dram=None) -> dict:
     from step_hdl.workloads.gqa import gqa_graph, static_assignment
     batch = len(lens)
     rows = np.repeat(lens, heads)
@@ -118,7 +118,7 @@ def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int
     g = gqa_graph(batch, heads, group, head_dim, regions, strategy, DTYPE, total_rows=int(rows.sum()),
                   credits=credits)
     p = measure(g, DTYPE, tensors={"kv_table": table_}, role_of=gqa_role,
-                keep=[f"r{r}_store" for r in range(regions)] + [f"r{r}_load_k" for r in range(regions)])
+                keep=[f"r{r}_store" for r in range(regions)] + [f"r{r}_load_k" for r in range(regions)], dram=dram)
     out = {"strategy": strategy, **{k: v for k, v in p.to_dict().items() if k != "nodes"}, "roles": role_fractions(p),
            "region_finish": [p.nodes[f"r{r}_store"]["finish"] for r in range(regions)],
            "kv_load_busy": [round(p.nodes[f"r{r}_load_k"]["busy"] / p.cycles, 4) for r in range(regions)]}
@@ -126,6 +126,17 @@ def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int
         per_region = np.bincount(static_assignment(batch, regions, strategy), weights=lens, minlength=regions)
         out["imbalance"] = round(float(per_region.max() / per_region.mean()), 4)
     return out
+
+
+def gqa_task(path: str, scale: int, strategy: str, credits: int, shape: dict, dram) -> dict:
+    """:func:`gqa_point` of KV trace ``path`` (lengths divided by ``scale``), as a process pool's task: plain
+    data in and out; ``dram``: a preset name or the fields of a ``DramParams``."""
+    from step_hdl.sim.dram_timing import DramParams
+    from step_hdl.workloads.gqa import scale_lengths
+    from step_hdl.workloads.traces import kv_lengths
+    lens = scale_lengths(kv_lengths(path), scale)
+    return gqa_point(lens, strategy, credits=credits, dram=DramParams(**dram) if isinstance(dram, dict) else dram,
+                     **shape)
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -179,28 +190,34 @@ def run(batches=BATCHES, scale: int = SCALE, files_of=None, **shape) -> dict:
     """The study; ``files_of(batch)`` picks the trace files (default: all of them), ``shape`` shrinks the graph."""
     from step_hdl.workloads.gqa import scale_lengths
     from step_hdl.workloads.traces import kv_lengths, kv_stdev, kv_traces
+    import dataclasses
+
+    import paper_common
     files_of = files_of or kv_traces
+    dram = paper_common.DRAM if isinstance(paper_common.DRAM, str) else dataclasses.asdict(paper_common.DRAM)
+    files = [(batch, path) for batch in batches for path in files_of(batch)]
+    runs = [(s, 2, s) for s in STRATEGIES] + [("dynamic", c, f"dynamic_c{c}") for c in MORE_CREDITS]
+    calls = [{"path": str(path), "scale": scale, "strategy": s, "credits": c, "shape": shape, "dram": dram}
+             for _, path in files for s, c, _ in runs]
+    results = iter(paper_common.run_points(
+        gqa_task, calls, lambda c: f"{Path(c['path']).parent.name} {Path(c['path']).stem} {c['strategy']}"
+        + (f", {c['credits']} credits per region" if c["credits"] != 2 else ""), [p for _, p in files]))
     per_batch = []
-    for batch in batches:
-        for path in files_of(batch):
-            lens = scale_lengths(kv_lengths(path), scale)
-            row = {"batch": batch, "trace": path.stem, "stdev": kv_stdev(path), "class": spread_class(kv_stdev(path)),
-                   "kv_rows": int(lens.sum()) * shape.get("heads", KV_HEADS)}
-            for s in STRATEGIES:
-                progress(f"b{batch} {path.stem} {s}")
-                row[s] = gqa_point(lens, s, **shape)
-            for c in MORE_CREDITS:
-                progress(f"b{batch} {path.stem} dynamic, {c} credits per region")
-                row[f"dynamic_c{c}"] = gqa_point(lens, "dynamic", credits=c, **shape)
-            dyn = row["dynamic"]["cycles"]
-            for s in STRATEGIES[:2]:
-                row[f"{s}_norm"] = round(row[s]["cycles"] / dyn, 4)
-            row["best_static"] = min(STRATEGIES[:2], key=lambda s: row[s]["cycles"])
-            row["speedup_vs_best_static"] = row[f"{row['best_static']}_norm"]
-            for c in MORE_CREDITS:
-                row[f"speedup_vs_best_static_c{c}"] = round(row[row["best_static"]]["cycles"]
-                                                            / row[f"dynamic_c{c}"]["cycles"], 4)
-            per_batch.append(row)
+    for batch, path in files:
+        lens = scale_lengths(kv_lengths(path), scale)
+        row = {"batch": batch, "trace": path.stem, "stdev": kv_stdev(path), "class": spread_class(kv_stdev(path)),
+               "kv_rows": int(lens.sum()) * shape.get("heads", KV_HEADS)}
+        for _, _, name in runs:
+            row[name] = next(results)
+        dyn = row["dynamic"]["cycles"]
+        for s in STRATEGIES[:2]:
+            row[f"{s}_norm"] = round(row[s]["cycles"] / dyn, 4)
+        row["best_static"] = min(STRATEGIES[:2], key=lambda s: row[s]["cycles"])
+        row["speedup_vs_best_static"] = row[f"{row['best_static']}_norm"]
+        for c in MORE_CREDITS:
+            row[f"speedup_vs_best_static_c{c}"] = round(row[row["best_static"]]["cycles"]
+                                                        / row[f"dynamic_c{c}"]["cycles"], 4)
+        per_batch.append(row)
     by_class = {c: _summary(rs) for c, _, _ in CLASSES if (rs := [r for r in per_batch if r["class"] == c])}
     by_batch = {str(b): _summary(rs) for b in batches if (rs := [r for r in per_batch if r["batch"] == b])}
     overall = _summary(per_batch)

@@ -56,7 +56,6 @@ from paper_common import (
     geomean,
     measure,
     onchip_bytes,
-    progress,
     role_fractions,
     save,
     study_main,
@@ -105,7 +104,7 @@ def shape_of(trace: str, shape=None) -> dict:
     return m
 
 
-def moe_point(routing, m: dict, tiling: str, tile=None, experts_per_region: int = 1) -> dict:
+def moe_point(routing, m: dict, tiling: str, tile=None, experts_per_region: int = 1, dram=None) -> dict:
     """Build and measure one MoE configuration: model numbers plus symbolic on-chip memory."""
     import numpy as np
 
@@ -114,12 +113,29 @@ def moe_point(routing, m: dict, tiling: str, tile=None, experts_per_region: int 
                   tiling, tile, experts_per_region)
     counts = routing_selector_counts(routing, m["experts"])
     subs = {f"route_n{e}": int(c) for e, c in enumerate(counts)}
-    p = measure(g, DTYPE, streams={"routing": np.asarray(routing)}, role_of=moe_role)
+    p = measure(g, DTYPE, streams={"routing": np.asarray(routing)}, role_of=moe_role, dram=dram)
     rows = int(sum(math.ceil(c / tile) * tile for c in counts)) if tiling == "static" else int(counts.sum())
     return {"tiling": tiling, "tile": tile, "experts_per_region": experts_per_region,
             "regions": m["experts"] // experts_per_region, **p.to_dict(), "roles": role_fractions(p),
             "onchip_bytes": onchip_bytes(g, subs), "onchip_weight_bytes": weight_onchip_bytes(g), "rows_computed": rows, "rows_routed": int(counts.sum()),
             "active_experts": int((counts > 0).sum())}
+
+
+def moe_task(trace: str, tiling: str, tile=None, experts_per_region: int = 1, tokens=None, shape=None,
+             dram=None) -> dict:
+    """:func:`moe_point` of trace ``trace`` (its first ``tokens`` tokens), as a process pool's task: plain data
+    in and out (``paper_common.run_points``)."""
+    from step_hdl.workloads.traces import routing_trace
+    r = routing_trace(trace)
+    if tokens:
+        r = r[:tokens]
+    return {"trace": trace, "batch": len(r),
+            **moe_point(r, shape_of(trace, shape), tiling, tile, experts_per_region, dram)}
+
+
+def trace_file(trace: str):
+    from step_hdl.workloads.traces import traces_dir
+    return traces_dir() / "moe_expert_routing" / f"{trace}.npz"
 
 
 def run(traces, tiles=None, shape=None, tokens=None) -> dict:
@@ -129,20 +145,18 @@ def run(traces, tiles=None, shape=None, tokens=None) -> dict:
     each trace (for the tests' tiny configuration).
     """
     from step_hdl.workloads.traces import routing_trace
+    import paper_common
     tiles = tiles or TILES
+    calls = [{"trace": trace, "tiling": tiling, "tile": t, "tokens": tokens, "shape": shape,
+              "dram": paper_common.DRAM}
+             for trace in traces
+             for tiling, t in [("static", t) for t in tiles[len(routing_trace(trace))]] + [("dynamic", None)]]
+    results = paper_common.run_points(moe_task, calls, lambda c: f"{c['trace']} {c['tiling']}"
+                                      + (f" tile {c['tile']}" if c["tile"] else ""),
+                                      [trace_file(t) for t in traces])
     points, per_trace = [], {}
     for trace in traces:
-        r = routing_trace(trace)
-        batch = len(r)
-        if tokens:
-            r = r[:tokens]
-        m = shape_of(trace, shape)
-        runs = [("static", t) for t in tiles[batch]] + [("dynamic", None)]
-        pts = []
-        for tiling, t in runs:
-            progress(f"{trace} {tiling}" + (f" tile {t}" if t else ""))
-            pt = {"trace": trace, "batch": len(r), **moe_point(r, m, tiling, t)}
-            pts.append(pt)
+        pts = [r for c, r in zip(calls, results) if c["trace"] == trace]
         dyn = pts[-1]
         for pt in pts:
             pt["speedup_of_dynamic"] = round(pt["cycles"] / dyn["cycles"], 4)

@@ -66,17 +66,19 @@ class Point:
 STUDY_MAX_FIFO_DEPTH = 1 << 30
 
 
-def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=(), tile: int = PHYS_TILE) -> Point:
+def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=(), tile: int = PHYS_TILE,
+            dram=None) -> Point:
     """Run ``graph`` on the approximate model in timing-only mode.
 
     ``role_of(node_name) -> str | None`` groups nodes for the per-node
     statistics (summed busy, stalled = output FIFO full, idle = input empty);
     nodes mapped to ``None`` are left out. The nodes named in ``keep`` are also
-    reported one by one (with their finish cycle).
+    reported one by one (with their finish cycle). ``dram``: a preset name or
+    ``DramParams`` (default: the study's, :data:`DRAM`).
     """
     from step_hdl.flow import model_params
     from step_hdl.sim.model import Model
-    params = model_params(tile, DRAM, dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
+    params = model_params(tile, dram or DRAM, dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
     t0 = time.perf_counter()
     model = Model(graph, params, tensors or {}, streams or {}, timing_only=True)
     res = model.run()
@@ -192,6 +194,11 @@ def cli(name: str, doc: str) -> argparse.ArgumentParser:
     from step_hdl.sim.dram_timing import DRAM_PRESETS
     ap.add_argument("--dram", default=DRAM, choices=tuple(DRAM_PRESETS),
                     help="DRAM preset (default: %(default)s, the paper's dynamic studies: 1,024 B/cycle)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="points evaluated at once, one process each (default: one per core)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="compute every point (default: points whose model code, trace and script are unchanged "
+                         "come from the sweep cache, ~/.cache/step-hdl/sweep)")
     ap.add_argument("--dot", metavar="DIR", help="only write the Graphviz DOT of small instances of the study's "
                     "graphs to DIR (render: dot -Tsvg FILE.dot -o FILE.svg)")
     return ap
@@ -212,8 +219,10 @@ def study_main(args, name: str, small_graphs, check_traces, run_study, report, p
         write_dots(args.dot, name, small_graphs())
         return 0
     traces_or_exit(check_traces)
-    global DRAM
+    global DRAM, WORKERS, CACHE
     DRAM = getattr(args, "dram", DRAM)
+    WORKERS = getattr(args, "workers", None)
+    CACHE = not getattr(args, "no_cache", False)
     res = run_study()
     res["dram"] = DRAM
     print(report(res))
@@ -222,6 +231,21 @@ def study_main(args, name: str, small_graphs, check_traces, run_study, report, p
     if args.json:
         write_json(args.json, res)
     return 0
+
+
+#: the study's process pool (``--workers``; None: one per core) and whether points come from the sweep cache
+WORKERS = None
+CACHE = True
+
+
+def run_points(fn, calls: list, label, files=()) -> list:
+    """``[fn(**c) for c in calls]`` on a process pool of :data:`WORKERS`, each from the sweep cache
+    (``step_hdl.sweep.tasks``) when the model's code, this folder's scripts and ``files`` (the traces) are
+    unchanged; one progress line per point."""
+    from step_hdl.sweep.tasks import run_tasks
+    here = Path(__file__).resolve().parent
+    scripts = sorted(here.glob("*.py"))
+    return run_tasks(fn, calls, "process", WORKERS, CACHE, [*scripts, *files], label=label, progress=progress)
 
 
 def traces_or_exit(check) -> None:

@@ -45,8 +45,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dynamic_tiling import moe_point, shape_of
-from paper_common import cli, figure, progress, save, study_main, table
+from dynamic_tiling import moe_task, shape_of, trace_file
+from paper_common import cli, figure, save, study_main, table
 
 TRACE = "qwen_b64"
 REGIONS = (128, 64, 32, 16, 8, 4)
@@ -80,17 +80,16 @@ def summarize(pts: list[dict]) -> dict:
 
 def run(regions=REGIONS, tilings=TILINGS, shape=None, tokens=None, trace=TRACE) -> dict:
     """The study; ``shape``/``tokens`` shrink it for the tests (see ``dynamic_tiling.run``)."""
-    from step_hdl.workloads.traces import routing_trace
-    r = routing_trace(trace)
-    if tokens:
-        r = r[:tokens]
+    import paper_common
     m = shape_of(trace, shape)
+    calls = [{"trace": trace, "tiling": tiling, "tile": tile, "experts_per_region": m["experts"] // n,
+              "tokens": tokens, "shape": shape, "dram": paper_common.DRAM} for tiling, tile in tilings for n in regions]
+    results = paper_common.run_points(
+        moe_task, calls, lambda c: f"{trace} {c['tiling']}" + (f" tile {c['tile']}" if c["tile"] else "")
+        + f": {m['experts'] // c['experts_per_region']} regions", [trace_file(trace)])
     points, by_tiling = [], {}
     for tiling, tile in tilings:
-        pts = []
-        for n in regions:
-            progress(f"{trace} {tiling}" + (f" tile {tile}" if tile else "") + f": {n} regions")
-            pts.append({"trace": trace, **moe_point(r, m, tiling, tile, m["experts"] // n)})
+        pts = [r for c, r in zip(calls, results) if c["tiling"] == tiling and c["tile"] == tile]
         for p in pts:
             p["slowdown"] = round(p["cycles"] / pts[0]["cycles"] - 1, 5)
             p["allocated_ops_paper"] = paper_allocated_ops(p["regions"], m["experts"])

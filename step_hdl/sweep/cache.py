@@ -5,8 +5,8 @@ A point's key (:func:`point_key`) hashes its definition (workload, every
 parameter, tile, fabric fields, DRAM preset and its timing, evaluations), the
 definitions of the points it shares a fabric with, the contents of the trace
 files it reads, and the code version of the parts its evaluations run
-(:func:`code_version`: the source of the language, and for ``model`` and
-``sim`` the mapper's and the simulators', and for ``sim`` the units'). One JSON
+(:func:`code_version`: the source of every module each evaluation imports, so
+a change to the model keeps the RTL results and the metrics). One JSON
 file per point, written atomically, so two workers or an interrupted run never
 leave half a result.
 """
@@ -22,11 +22,14 @@ from pathlib import Path
 
 from .spec import SweepPoint
 
-#: the package folders each evaluation's results depend on (besides the language, ``step_hdl``)
-_PARTS = {"metrics": (), "model": ("mapper", "sim"), "sim": ("units", "mapper", "sim")}
-#: files of the language folder that do not change results: the command line and the sweep's own plumbing
-_NOT_RESULTS = ("cli.py", "sweep/cache.py", "sweep/executors.py", "sweep/table.py", "sweep/run.py",
-                "sweep/__init__.py")
+#: per evaluation, the modules whose import closure (``step_hdl.sources.closure``, lazy imports included)
+#: its results depend on: a change to the model does not invalidate RTL results, nor a unit's metrics
+_ENTRIES = {"metrics": ("step_hdl.metrics", "step_hdl.workloads.registry"),
+            "model": ("step_hdl.sim.model", "step_hdl.mapper.prepare", "step_hdl.workloads.registry"),
+            "sim": ("step_hdl.sim.fabric", "step_hdl.sim.cocotb_fabric", "step_hdl.mapper.prepare",
+                    "step_hdl.workloads.registry")}
+#: the sweep's own modules that shape a record (not their closure: they import every evaluation lazily)
+_RECORD = ("step_hdl.sweep.evaluate", "step_hdl.sweep.spec")
 
 
 def cache_root() -> Path:
@@ -39,33 +42,17 @@ def cache_root() -> Path:
 
 
 @lru_cache(maxsize=None)
-def _tree_hash(folder: str, skip: tuple = ()) -> str:
-    root = Path(folder)
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel in skip or "__pycache__" in rel:
-            continue
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def code_version(evals) -> str:
-    """A hash of the source files the evaluations ``evals`` run (the language, and per evaluation its
-    parts); any edit there changes every key that depends on it."""
-    import step_hdl
-    import step_hdl.mapper
-    import step_hdl.sim
-    import step_hdl.units
-    folders = {"step_hdl": (Path(step_hdl.__file__).parent, _NOT_RESULTS)}
-    mods = {"mapper": step_hdl.mapper, "sim": step_hdl.sim, "units": step_hdl.units}
+    """A hash of the source of the modules the evaluations ``evals`` run (:data:`_ENTRIES` and their import
+    closure); any edit there changes every key that depends on it."""
+    from step_hdl import sources
+    modules = set(_RECORD)
     for e in evals:
-        for part in _PARTS[e]:
-            folders[part] = (Path(mods[part].__file__).parent, ())
+        modules |= sources.closure(list(_ENTRIES[e]))
     h = hashlib.sha256()
-    for name in sorted(folders):
-        folder, skip = folders[name]
-        h.update(name.encode() + _tree_hash(str(folder), skip).encode())
+    for m in sorted(modules):
+        path = sources.source_file(m)
+        h.update(m.encode() + b"\0" + (path.read_bytes() if path is not None else b"") + b"\0")
     return h.hexdigest()
 
 

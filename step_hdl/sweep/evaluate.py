@@ -72,7 +72,8 @@ def _sim(point: SweepPoint, w, fab, backend: str) -> dict:
     prep = prepare(w, fab)
     res = run(prep, backend, point.dram)
     return {"rtl_cycles": res.cycles, "rtl_status": res.status, "rtl_outputs_match": res.outputs_match,
-            "rtl_offchip_bytes": res.bytes_read + res.bytes_written, "rtl_design": prep.design.key(),
+            "rtl_offchip_bytes": res.bytes_read + res.bytes_written, "rtl_reference_bytes": prep.reference_bytes,
+            "rtl_design": prep.design.key(), "rtl_fabric": prep.design.fabric.to_json(),
             "rtl_build_s": round(res.build_s, 1), "rtl_run_s": round(res.run_s, 2)}
 
 

@@ -1,7 +1,9 @@
 """Where a sweep's points are evaluated: in this process, on a local process pool, or on a Ray cluster.
 
-An executor takes tasks (``(index, point JSON, peers)``) and yields ``(index,
-record)`` as each finishes, in any order; scheduling is the pool's or Ray's own.
+An executor calls ``fn(**kwargs)`` for every task ``(index, kwargs)`` and
+yields ``(index, result)`` as each finishes, in any order; scheduling is the
+pool's or Ray's own. ``fn`` must be importable by the workers (a module-level
+function; a fork-started pool also takes one of the script it runs in).
 RTL points that share a design share its Verilator build: the build cache
 (``sim.rtl.build_cocotb``) builds a design once per machine and makes a second
 process wait for the first's build.
@@ -12,7 +14,6 @@ from __future__ import annotations
 import os
 from typing import Iterable, Iterator
 
-from .evaluate import evaluate
 from .spec import SweepError
 
 EXECUTORS = ("process", "ray", "serial")
@@ -23,18 +24,17 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def _call(task, backend):
-    index, point, peers = task
-    return index, evaluate(point, peers, backend)
+def _call(fn, task):
+    index, kwargs = task
+    return index, fn(**kwargs)
 
 
-def run_serial(tasks: Iterable, backend: str = "verilator", **_) -> Iterator[tuple[int, dict]]:
+def run_serial(fn, tasks: Iterable, **_) -> Iterator[tuple[int, object]]:
     for task in tasks:
-        yield _call(task, backend)
+        yield _call(fn, task)
 
 
-def run_process(tasks: Iterable, backend: str = "verilator", workers: int | None = None,
-                **_) -> Iterator[tuple[int, dict]]:
+def run_process(fn, tasks: Iterable, workers: int | None = None, **_) -> Iterator[tuple[int, object]]:
     """A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default: one per core)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     tasks = list(tasks)
@@ -42,15 +42,15 @@ def run_process(tasks: Iterable, backend: str = "verilator", workers: int | None
         return
     pool = ProcessPoolExecutor(max_workers=min(workers or default_workers(), len(tasks)))
     try:
-        futures = [pool.submit(_call, t, backend) for t in tasks]
+        futures = [pool.submit(_call, fn, t) for t in tasks]
         for fut in as_completed(futures):
             yield fut.result()
     finally:    # interrupted: the points not started are dropped (their results were never cached)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_ray(tasks: Iterable, backend: str = "verilator", workers: int | None = None, address: str | None = None,
-            **_) -> Iterator[tuple[int, dict]]:
+def run_ray(fn, tasks: Iterable, workers: int | None = None, address: str | None = None,
+            **_) -> Iterator[tuple[int, object]]:
     """Ray tasks, one CPU each: on the cluster at ``address`` (``auto``: the one this machine belongs to), or
     on a local cluster of ``workers`` CPUs (default: one per core) started for the sweep."""
     try:
@@ -66,7 +66,7 @@ def run_ray(tasks: Iterable, backend: str = "verilator", workers: int | None = N
         ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
     try:
         remote = ray.remote(num_cpus=1)(_call)
-        pending = {remote.remote(t, backend): t[0] for t in tasks}
+        pending = {remote.remote(fn, t): t[0] for t in tasks}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:

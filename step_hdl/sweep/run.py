@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from .cache import ResultCache, point_key
+from .evaluate import evaluate
 from .executors import executor
 from .spec import SweepError, SweepPoint
 
@@ -95,11 +96,11 @@ def run_sweep(points, executor_name: str = "process", workers: int | None = None
             n_cached += 1
             bar.update(1)
         else:
-            todo.append((i, p.to_json(), peers[i]))
+            todo.append((i, {"point_json": p.to_json(), "peers": peers[i], "backend": backend}))
     bar.set_postfix(cached=n_cached, failed=n_failed)
     computed = 0
     try:
-        for i, rec in run(todo, backend=backend, workers=workers, address=address):
+        for i, rec in run(evaluate, todo, workers=workers, address=address):
             if rec["status"] == "ok":
                 if store:
                     store.put(keys[i], rec)
