@@ -530,7 +530,7 @@ def write_fabric(check, path=HERE / "estimate_check.json", doc=DOCS / "fpga-cost
     lines = ["", "## Estimate against real synthesis", "",
              f"SwiGLU (batch {SWIGLU['batch']}, hidden {SWIGLU['hidden']}, inter {SWIGLU['inter']}, tile_b "
              f"{SWIGLU['tile_b']}, tile_inter {SWIGLU['tile_inter']}) on 4x4 int8 tiles, the fabric of "
-             f"`step-hdl synth swiglu --batch 16 --hidden 32 --inter 64 --tile-b 8 --tile-inter 16 --target "
+             f"`step-hdl synth swiglu --batch 16 --hidden 32 --inter 64 --tile-b 8 --tile-inter 16 --dtype int8 --target "
              f"ecp5-85f`; `fpga/estimate_check.json` has the numbers.", "",
              "| | LUTs (synthesis) | LUTs (placed) | FFs | DSPs | BRAMs | multipliers in LUTs |",
              "|---|---:|---:|---:|---:|---:|---:|",

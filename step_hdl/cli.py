@@ -410,17 +410,12 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                             "(default: 1,000,000)")
     _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy", run_args)
     def model_args(p):
-        p.add_argument("--phys-tile", type=_positive_int, default=16, help="physical tile side (default: 16)")
+        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
                           model_args)
     def fabric_args(p, sim):
-        # the hardware computes on integers: int16 unless the user asks otherwise
-        for action in p._actions:
-            if action.dest == "dtype":
-                action.default = "int16"
-                action.help = "element type (default: int16; the hardware units take int8/int16/int32/bf16)"
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
@@ -553,10 +548,6 @@ def _add_synth_parser(sub, units: bool = True):
                        help="nextpnr router (default: router1, router2 above 20,000 LUTs)")
 
     def fabric(p):
-        for action in p._actions:
-            if action.dest == "dtype":      # the FPGA flow's reference element type (like the unit report)
-                action.default = "int8"
-                action.help = "element type (default: int8; the hardware units take int8/int16/int32)"
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
         p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
         p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)

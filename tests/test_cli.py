@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 
 from step_hdl.cli import main
 
@@ -60,9 +61,10 @@ def test_console_script_installed():
 
 def test_model_command(capsys, routing):
     routing("mixtral_b64")
-    code, out, _ = run_cli(capsys, "model", "swiglu", "--dtype", "int16", "--json")
+    code, out, _ = run_cli(capsys, "model", "swiglu", "--batch", "16", "--hidden", "64", "--inter", "128", "--json")
     rep = json.loads(out)
-    assert code == 0 and rep["cycles"] > rep["offchip_bytes"] / 256 and rep["phys_tile"] == 16
+    assert code == 0 and rep["cycles"] > rep["offchip_bytes"] / 256 and rep["phys_tile"] == 4
+    assert rep["params"]["dtype"] == "int16"
     assert rep["bound"]["dram"] == -(-rep["offchip_bytes"] // 256) and rep["bound"]["cycles"] <= rep["cycles"]
     code, out, _ = run_cli(capsys, "model", "moe", "--tiling", "static", "--tile", "8", "--dtype", "int16",
                            "--phys-tile", "4", "--values", "--json")
@@ -137,3 +139,15 @@ def test_help_imports_neither_sympy_nor_amaranth():
             "print(sorted(m for m in ('sympy', 'amaranth', 'step_hdl.graph') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("workload", ["swiglu", "moe", "gqa"])
+def test_every_command_defaults_to_the_same_hardware(workload):
+    """``model``, ``metrics``, ``run``, ``sim``, ``build`` and ``synth`` on the same arguments: int16 elements on
+    4x4 physical tiles (the fabric the RTL builds), not fp32 here and int8 there (issue 24)."""
+    from step_hdl.cli import parser
+    seen = set()
+    for command in ("metrics", "run", "model", "sim", "build", "synth"):
+        args = parser(command).parse_args([command, workload])
+        seen.add((args.dtype, getattr(args, "phys_tile", 4)))
+    assert seen == {("int16", 4)}

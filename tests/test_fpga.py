@@ -133,7 +133,7 @@ def test_synth_command_line():
     from step_hdl.cli import parser
     args = parser().parse_args(["synth", "swiglu", "--batch", "16", "--hidden", "32", "--inter", "64", "--tile-b",
                                 "8", "--tile-inter", "16", "--target", "ecp5-85f", "--json"])
-    assert (args.command, args.dtype, args.phys_tile, args.freq, args.target) == ("synth", "int8", 4, 100.0,
+    assert (args.command, args.dtype, args.phys_tile, args.freq, args.target) == ("synth", "int16", 4, 100.0,
                                                                                   "ecp5-85f")
     args = parser().parse_args(["synth", "Map[matmul]", "--tile", "2", "--no-place"])
     assert (args.workload, args.tile, args.dtype, args.no_place) == ("Map[matmul]", 2, "int8", True)

@@ -56,6 +56,10 @@ def _gqa(a) -> Workload:
 
 
 DTYPE_CHOICES = ("fp32", "bf16", "int8", "int16", "int32")
+#: every command's element type unless told otherwise: the one every RTL unit takes, so ``model``,
+#: ``metrics``, ``run``, ``sim``, ``compare`` and ``synth`` on the same arguments describe the same hardware
+DEFAULT_DTYPE = "int16"
+DTYPE_HELP = "element type (the hardware takes int8/int16/int32/bf16)"
 
 WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
     "swiglu": (_swiglu, [
@@ -64,7 +68,7 @@ WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
         Param("inter", int, 512, "intermediate size I", minimum=1),
         Param("tile-b", int, 16, "batch tile tb", minimum=1),
         Param("tile-inter", int, 16, "intermediate tile ti", minimum=1),
-        Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
+        Param("dtype", str, DEFAULT_DTYPE, DTYPE_HELP, DTYPE_CHOICES),
         Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "SwiGLU layer (one MoE expert) with the paper's schedule"),
     "moe": (_moe, [
@@ -77,7 +81,7 @@ WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
         Param("tiling", str, "dynamic", "token tiling", ("static", "dynamic")),
         Param("tile", int, 16, "static token tile (rows)", minimum=1),
         Param("experts-per-region", int, 1, "experts sharing one region (time-multiplexing)", minimum=1),
-        Param("dtype", str, "fp32", "element type", DTYPE_CHOICES),
+        Param("dtype", str, DEFAULT_DTYPE, DTYPE_HELP, DTYPE_CHOICES),
         Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "Mixture-of-Experts layer driven by a real routing trace"),
     "gqa": (_gqa, [
@@ -89,7 +93,7 @@ WORKLOADS: dict[str, tuple[Callable, list[Param], str]] = {
         Param("head-dim", int, 16, "head dimension", minimum=1),
         Param("regions", int, 4, "parallel regions", minimum=1),
         Param("strategy", str, "dynamic", "parallelization", ("interleaved", "contiguous", "dynamic")),
-        Param("dtype", str, "fp32", "element type (int8/int16: the fixed-point variant the hardware runs)",
+        Param("dtype", str, DEFAULT_DTYPE, "element type (int8/int16: the fixed-point variant)",
               ("fp32", "bf16", "int8", "int16")),
         Param("seed", int, 0, "seed of the random inputs", minimum=0),
     ], "grouped-query attention decode over a real KV-length trace"),
