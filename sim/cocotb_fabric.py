@@ -17,7 +17,8 @@ The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
 
 The clock and the DRAM model run in the simulator; Python only loads,
 configures, waits for ``done`` or ``hung`` and reads back. Results go to
-``$STEP_HDL_RESULT`` (JSON) when set.
+``$STEP_HDL_RESULT`` (JSON) when set; ``$STEP_HDL_PROGRESS`` names a file the
+test writes the cycles run so far to, every :data:`CHUNK` cycles.
 """
 
 import json
@@ -28,6 +29,10 @@ from pathlib import Path
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge
+
+
+#: cycles between two progress writes: a call into Python this rarely costs nothing measurable
+CHUNK = 20_000
 
 
 def _job():
@@ -70,14 +75,24 @@ async def run_fabric(dut):
     dut.start.value = 1
     await FallingEdge(dut.clk)
     dut.start.value = 0
-    # no Python per cycle from here: the simulator runs until done or hung (or the cycle bound)
+    # no Python per cycle from here: the simulator runs until done or hung (or the cycle bound); with
+    # $STEP_HDL_PROGRESS, Python wakes every CHUNK cycles to write the cycles run so far there
     t_run = time.perf_counter()
-    finished = await First(RisingEdge(dut.done), RisingEdge(dut.hung),
-                           ClockCycles(dut.clk, int(job.get("max_cycles", 100_000_000))))
+    bound = int(job.get("max_cycles", 100_000_000))
+    progress = os.environ.get("STEP_HDL_PROGRESS")
+    ran = 0
+    while ran < bound and not (int(dut.done.value) or int(dut.hung.value)):
+        step = min(CHUNK, bound - ran) if progress else bound - ran
+        await First(RisingEdge(dut.done), RisingEdge(dut.hung), ClockCycles(dut.clk, step))
+        if int(dut.done.value) or int(dut.hung.value):
+            break
+        ran += step
+        if progress:
+            with open(progress, "w") as f:
+                f.write(str(ran))
     run_s = time.perf_counter() - t_run
     await FallingEdge(dut.clk)
     status = "done" if int(dut.done.value) else ("hung" if int(dut.hung.value) else "timeout")
-    del finished
     counters = {}
     for k, name in enumerate(job["counters"]):
         counters[name] = await _read(dut, dut.ctr_addr, dut.ctr_data, k)

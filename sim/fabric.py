@@ -35,6 +35,7 @@ from step_hdl.mapper.prepare import Prepared, tensor_of_words
 from .dram import DramModel
 from .dram_timing import DRAM_PRESETS, DramParams
 from .faults import DramFaults
+from .ticker import Ticker
 from .rtl import RtlError, build_root, to_verilog
 
 BACKENDS = ("amaranth", "verilator", "icarus")
@@ -359,14 +360,13 @@ def _source_fingerprint() -> str:
 def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None):
     from .rtl import run_cocotb_module
     t0 = time.time()
-    text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults)
+    with Ticker(lambda: f"{len(prep.design.units)} units", "  generating the Verilog", progress):
+        text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults)
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps(prep.job(max_cycles)))
-        if progress:
-            print(f"  simulating {top} on {backend} ...", file=sys.stderr, flush=True)
         res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
-                                         backend, waves)
+                                         backend, waves, progress=progress)
     words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
     wall = time.time() - t0
     return _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,

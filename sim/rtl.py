@@ -24,6 +24,8 @@ from amaranth.lib import wiring
 
 from step_hdl.errors import StepError
 
+from .ticker import Ticker
+
 BACKENDS = ("amaranth", "verilator", "icarus")
 TIMESCALE = ("1ns", "1ps")
 
@@ -108,9 +110,19 @@ def cocotb_runner(backend: str):
     return TopPortsOnly()
 
 
+def _build_stage(bdir: Path, since: float) -> str:
+    """What a Verilator build in ``bdir`` started at ``since`` is doing, from the files it has written."""
+    cpp = [p for p in bdir.glob("*.cpp") if p.stat().st_mtime >= since]
+    if not cpp:
+        return "translating the Verilog to C++"
+    done = sum(1 for p in cpp if p.with_suffix(".o").exists() and p.with_suffix(".o").stat().st_mtime >= since)
+    return f"compiling C++, {done} of {len(cpp)} files"
+
+
 def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False,
-                 short: bool = False):
-    """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``."""
+                 short: bool = False, progress: bool = False):
+    """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``.
+    ``progress``: a status line on the terminal while it builds (its stage and the time so far)."""
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
     if backend == "verilator":
@@ -145,9 +157,12 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     if backend == "verilator":        # the runner calls make itself (with the environment it is created in)
         os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
     runner = cocotb_runner(backend)
+    started = time.time()
+    stage = (lambda: _build_stage(bdir, started)) if backend == "verilator" else (lambda: "")
     try:
-        runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=bdir, build_args=build_args,
-                     timescale=TIMESCALE, waves=waves, log_file=log)
+        with Ticker(stage, f"  building {toplevel} with {backend}", progress):
+            runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=bdir, build_args=build_args,
+                         timescale=TIMESCALE, waves=waves, log_file=log)
     except (Exception, SystemExit) as exc:  # the tool's own error is in the log (cocotb may sys.exit)
         tail = log.read_text()[-3000:] if log.exists() else ""
         raise RtlError(f"{backend} build of {toplevel} failed ({exc}); log {log}:\n{tail}") from None
@@ -157,20 +172,29 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     return runner, bdir, time.time() - t0
 
 
+def _cycles_so_far(path: Path) -> str:
+    text = path.read_text().strip() if path.exists() else ""
+    return f"{int(text):,} cycles" if text.isdigit() else "loading the memory image"
+
+
 def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
-                      waves: bool = False, short: bool = False) -> tuple[dict, float]:
+                      waves: bool = False, short: bool = False, progress: bool = False) -> tuple[dict, float]:
     """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
 
-    Returns ``(result dict with "failures", build seconds)``.
+    ``progress``: status lines on the terminal while it builds and runs (the test writes the cycles it has
+    run to ``$STEP_HDL_PROGRESS`` now and then). Returns ``(result dict with "failures", build seconds)``.
     """
-    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short)
+    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress)
     with tempfile.TemporaryDirectory(dir=bdir) as tmp:
         res = Path(tmp) / "result.json"
         results_xml = Path(tmp) / "results.xml"
+        cycles = Path(tmp) / "progress"
+        extra = {**env, "STEP_HDL_RESULT": str(res), **({"STEP_HDL_PROGRESS": str(cycles)} if progress else {})}
         try:
-            runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=bdir,
-                        test_dir=tmp, results_xml=str(results_xml), timescale=TIMESCALE, waves=waves,
-                        extra_env={**env, "STEP_HDL_RESULT": str(res)}, log_file=Path(tmp) / "sim.log")
+            with Ticker(lambda: _cycles_so_far(cycles), f"  running {toplevel} on {backend}", progress):
+                runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=bdir,
+                            test_dir=tmp, results_xml=str(results_xml), timescale=TIMESCALE, waves=waves,
+                            extra_env=extra, log_file=Path(tmp) / "sim.log")
         except SystemExit:      # cocotb's runner exits on a failed test: its failures are in results.xml
             pass
         failures = _failures(results_xml)

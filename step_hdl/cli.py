@@ -267,14 +267,16 @@ def _bound_line(bound, cycles) -> str:
 
 def _prepared(args):
     from .flow import Fabric, prepare
+    from .sim.ticker import Ticker
     w = _workload(args)
     fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
-    if getattr(args, "pipeline", False):
-        import dataclasses
-        from .mapper.prepare import shared_fabric
-        fabric = dataclasses.replace(fabric if isinstance(fabric, Fabric) else shared_fabric([w], fabric),
-                                     pipeline=True)
-    return w, prepare(w, fabric)
+    with Ticker(lambda: "", f"  lowering {_label(args)} and planning its fabric", not args.json):
+        if getattr(args, "pipeline", False):
+            import dataclasses
+            from .mapper.prepare import shared_fabric
+            fabric = dataclasses.replace(fabric if isinstance(fabric, Fabric) else shared_fabric([w], fabric),
+                                         pipeline=True)
+        return w, prepare(w, fabric)
 
 
 def cmd_build(args) -> int:
@@ -283,7 +285,10 @@ def cmd_build(args) -> int:
     check_output_dir(args.output, args.force)       # before the work: never a refusal after minutes
     t0 = time.perf_counter()
     w, prep = _prepared(args)
-    report = emit(prep, args.output, args.dram, force=args.force)
+    from .sim.ticker import Ticker
+    with Ticker(lambda: f"{len(prep.design.units)} units", f"  writing the Verilog and testbench to {args.output}",
+                not args.json):
+        report = emit(prep, args.output, args.dram, force=args.force)
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     if args.json:
         print(json.dumps(report, indent=1))
