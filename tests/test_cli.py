@@ -151,3 +151,18 @@ def test_every_command_defaults_to_the_same_hardware(workload):
         args = parser(command).parse_args([command, workload])
         seen.add((args.dtype, getattr(args, "phys_tile", 4)))
     assert seen == {("int16", 4)}
+
+
+@pytest.mark.parametrize("workload", ["swiglu", "moe", "gqa"])
+def test_every_workload_default_maps_onto_the_default_fabric(workload, routing, kv_files):
+    """The defaults of every workload lower, plan and fit the fabric ``sim``, ``build`` and ``synth`` make
+    (GQA's head dimension was 16: a [16, 4] random-load tile that did not map, issue 24)."""
+    from step_hdl.flow import prepare
+    from step_hdl.workloads.registry import build, defaults
+    if workload == "moe":
+        routing("mixtral_b64")
+    if workload == "gqa":
+        kv_files(16)
+    w = build(workload, defaults(workload))
+    prep = prepare(w, 4)
+    assert w.dtype.name == "int16" and prep.design.fabric.tile == 4 and len(prep.design.units) > 20
