@@ -96,7 +96,8 @@ class Metrics:
             "offchip_bytes": conv(total_off),
             "onchip_bytes": conv(m.onchip_bytes),
             "flops": conv(m.flops),
-            "operational_intensity": conv(m.flops / total_off) if total_off != 0 else None,
+            # FLOPs per byte to four decimals (a ratio of integers: more digits say nothing)
+            "operational_intensity": _rounded(conv(m.flops / total_off)) if total_off != 0 else None,
             "nodes": [{"name": n.name, "kind": n.kind, "offchip_bytes": conv(n.offchip_bytes),
                        "onchip_bytes": conv(n.onchip_bytes), "flops": conv(n.flops)} for n in m.nodes],
         }
@@ -160,6 +161,10 @@ def _subs(expr, table: dict):
     expr = sympy.sympify(expr)
     mapping = {s: table[s.name] for s in expr.free_symbols if s.name in table}
     return sympy.simplify(expr.subs(mapping)) if mapping else expr
+
+
+def _rounded(value):
+    return round(value, 4) if isinstance(value, float) else value
 
 
 def metrics(graph: Graph) -> Metrics:
