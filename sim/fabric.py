@@ -132,6 +132,7 @@ class RtlResult:
     outputs: dict = field(default_factory=dict)      # name -> numpy array read back from the DRAM model
     differ: dict = field(default_factory=dict)       # name -> (k, 2) array of (row, col) where it differs
     problems: list = field(default_factory=list)     # status flags raised: overflowed buffers, starved pools
+    waves: str = ""                                  # the waveform file written (run(waves=True)), else ""
 
     @property
     def cycles_per_s(self) -> float:
@@ -319,12 +320,16 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults
     sim.add_testbench(bench)
     t0 = time.time()
     if waves:
-        with sim.write_vcd(str(build_root() / f"{prep.design.name}.vcd")):
+        vcd = build_root() / "waves" / f"{prep.design.name}-amaranth.vcd"
+        vcd.parent.mkdir(parents=True, exist_ok=True)
+        with sim.write_vcd(str(vcd)):
             sim.run()
     else:
         sim.run()
-    return _finish(prep, "amaranth", out["status"], out["counters"], out["words"], time.time() - t0,
-                   raise_on_hang=raise_on_hang, run_s=out["run_s"])
+    res = _finish(prep, "amaranth", out["status"], out["counters"], out["words"], time.time() - t0,
+                  raise_on_hang=raise_on_hang, run_s=out["run_s"])
+    res.waves = str(vcd) if waves else ""
+    return res
 
 
 def verilog_for(design: Design, dram: DramParams, depth: int,
@@ -369,5 +374,7 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
                                          backend, waves, progress=progress)
     words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
     wall = time.time() - t0
-    return _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
-                   build_s + gen_s, raise_on_hang, res.get("run_s", 0.0))
+    out = _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
+                  build_s + gen_s, raise_on_hang, res.get("run_s", 0.0))
+    out.waves = res.get("waves", "")
+    return out

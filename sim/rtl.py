@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 import time
@@ -198,13 +199,29 @@ def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: d
         except SystemExit:      # cocotb's runner exits on a failed test: its failures are in results.xml
             pass
         failures = _failures(results_xml)
+        saved = _keep_waves(Path(tmp), bdir, toplevel, backend) if waves else None
         if not res.exists():
             simlog = (Path(tmp) / "sim.log")
             text = simlog.read_text()[-3000:] if simlog.exists() else ""
             raise RtlError(f"cocotb run of {toplevel} produced no result ({failures or 'no results'}):\n{text}")
         out = json.loads(res.read_text())
         out["failures"] = failures
+        if saved is not None:
+            out["waves"] = str(saved)
         return out, build_s
+
+
+def _keep_waves(test_dir: Path, bdir: Path, toplevel: str, backend: str) -> Path | None:
+    """Move the run's waveforms (Verilator: ``dump.vcd`` in the test folder; Icarus: ``<top>.fst`` in the
+    build folder) to ``waves/<top>-<backend>.<ext>`` under the build cache; their path (None: none written)."""
+    found = [p for p in (test_dir / "dump.fst", test_dir / "dump.vcd", bdir / f"{toplevel}.fst",
+                         bdir / f"{toplevel}.vcd") if p.exists()]
+    if not found:
+        return None
+    dest = build_root() / "waves" / f"{toplevel}-{backend}{found[0].suffix}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(found[0]), dest)
+    return dest
 
 
 def run_cocotb(verilog_text: str, toplevel: str, scenario: dict, backend: str = "verilator",

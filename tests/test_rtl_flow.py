@@ -491,8 +491,14 @@ def test_relu_layer_bit_exact_on_amaranth():
     g, t = relu_layer()
     want = np.maximum(np.clip((t["x"].astype(np.int64) @ t["w"]) >> 4, -32768, 32767), 0).astype(np.int16)
     assert np.array_equal(interp_run(g, t).memory["y"], want) and (want == 0).sum() > 10
-    res = run(prepare(Workload(g, t, {}, {"y": want}, make_dtype("int16")), 4), "amaranth")
+    res = run(prepare(Workload(g, t, {}, {"y": want}, make_dtype("int16")), 4), "amaranth", waves=True)
     assert res.outputs_match, res.mismatches
+    # the waveforms name the units and FIFOs after the graph's nodes and edges
+    from pathlib import Path
+    vcd = Path(res.waves)
+    assert vcd.suffix == ".vcd" and vcd.parent.name == "waves"
+    head = vcd.read_text()[:200_000]
+    assert "$scope module u_" in head and "$scope module q_" in head and res.cycles > 0
 
 
 @pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest")])
