@@ -513,8 +513,9 @@ class DramModel(wiring.Component):
             for c in range(C):
                 need = Signal(range(NB + 1), name=f"need{p}_{c}")
                 dist = Signal(range(C), name=f"dist{p}_{c}")         # (c - first channel) mod C
-                m.d.comb += [dist.eq(Mux(meta.ch <= c, c - meta.ch, c + C - meta.ch)),
-                             need.eq(full + (dist < extra))]
+                # (for the last channel ``ch <= c`` always holds: no comparison, which Verilator flags)
+                wrap = c - meta.ch if c == C - 1 else Mux(meta.ch <= c, c - meta.ch, c + C - meta.ch)
+                m.d.comb += [dist.eq(wrap), need.eq(full + (dist < extra))]
                 done = Signal(range(R * NB + 1), name=f"done{p}_{c}")
                 arrive = Signal(name=f"arrive{p}_{c}")
                 m.d.comb += arrive.eq(comp[c] & (comp_port[c] == p))

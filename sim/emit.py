@@ -73,7 +73,8 @@ def main():
     else:
         runner = get_runner(args.sim)
         if args.sim == "verilator":
-            build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
+            build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
+                          "-Wno-CASEINCOMPLETE", "-Wno-ALWNEVER"]
         else:   # Verilog-2005 semantics run every always @* block at time 0 (the last -g flag wins)
             build_args = ["-g2005"]
         build_dir = HERE / f"sim_build_{{args.sim}}"

@@ -129,7 +129,10 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     if backend == "verilator":
         setup_verilator()
         opt = verilator_opt(verilog_text, short)
-        build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
+        # Amaranth's Verilog: widths it extends or truncates on purpose, a case without a default arm (the
+        # signal got its default value before the case) and an always block of constants are not faults
+        build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
+                      "-Wno-ALWNEVER"]
     else:
         import shutil
         if shutil.which("iverilog") is None:

@@ -118,7 +118,22 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert [r["status"] for r in res.rows] == ["ok", "error"] and res.failed == 1
     assert res.rows[1]["error"].startswith("StepTypeError: Accum 'e0_pack'")
     assert res.rows[0]["model_cycles"] > 0 and "model_cycles" not in res.rows[1]
-    # a failure is not cached: a re-run tries it again
+    # the point's own failure (a StepError) is cached like a result: a re-run computes nothing
+    again = run_sweep(pts, "serial", cache=cache)
+    assert (again.computed, again.cached, again.failed) == (0, 2, 1) and identical(again.rows, res.rows)
+
+
+def test_a_crash_is_not_cached(tmp_path, monkeypatch):
+    """An evaluation that crashes (not a StepError the point causes) is recorded with its traceback and tried
+    again on the next run."""
+    from step_hdl.sweep import evaluate as ev
+    cache = ResultCache(tmp_path)
+    pts = small_grid(("model",))[:1]
+    monkeypatch.setattr(ev, "_model", lambda *a: 1 / 0)
+    res = run_sweep(pts, "serial", cache=cache)
+    assert res.failed == 1 and res.rows[0]["error"] == "ZeroDivisionError: division by zero"
+    assert "Traceback" in res.rows[0]["traceback"]
+    monkeypatch.undo()
     assert run_sweep(pts, "serial", cache=cache).computed == 1
 
 

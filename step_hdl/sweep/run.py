@@ -63,8 +63,9 @@ def run_sweep(points, executor_name: str = "process", workers: int | None = None
     """Evaluate ``points`` (:class:`SweepPoint`), each once: a point whose key is in ``cache`` (a
     :class:`ResultCache`, True: the default one, False/None: none) comes from it; the others run on
     ``executor_name`` (``process``: a local pool of ``workers``, ``ray``: a Ray cluster, at ``address`` or
-    local, ``serial``: this process), and each that succeeds is stored as it finishes, so an interrupted
-    sweep resumes where it stopped. A point that fails is recorded (``status`` ``error``), not cached.
+    local, ``serial``: this process), and each is stored as it finishes, so an interrupted sweep resumes where it
+    stopped. A point that fails is recorded (``status`` ``error``); its failure is cached when the point
+    causes it (a ``StepError``: a deadlock, a design that does not fit), not when the evaluation crashed.
     ``progress``: a progress bar on stderr (points done, failed, cached, time left)."""
     points = list(points)
     seen: dict = {}
@@ -94,6 +95,7 @@ def run_sweep(points, executor_name: str = "process", workers: int | None = None
         if hit is not None:
             rows[i] = row_of(p, hit, True, keys[i])
             n_cached += 1
+            n_failed += hit["status"] != "ok"
             bar.update(1)
         else:
             todo.append((i, {"point_json": p.to_json(), "peers": peers[i], "backend": backend}))
@@ -101,10 +103,11 @@ def run_sweep(points, executor_name: str = "process", workers: int | None = None
     computed = 0
     try:
         for i, rec in run(evaluate, todo, workers=workers, address=address):
-            if rec["status"] == "ok":
-                if store:
-                    store.put(keys[i], rec)
-            else:
+            # a result, or a failure the point itself causes (a StepError: a deadlock, a design that does not
+            # fit; the same on every run of this code), is stored; a crash (any other exception) is not
+            if store and "traceback" not in rec:
+                store.put(keys[i], rec)
+            if rec["status"] != "ok":
                 n_failed += 1
             computed += 1
             rows[i] = row_of(points[i], rec, False, keys[i])
