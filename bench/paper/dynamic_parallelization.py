@@ -201,7 +201,7 @@ def run(batches=BATCHES, scale: int = SCALE, files_of=None, **shape) -> dict:
              for _, path in files for s, c, _ in runs]
     results = iter(paper_common.run_points(
         gqa_task, calls, lambda c: f"{Path(c['path']).parent.name} {Path(c['path']).stem} {c['strategy']}"
-        + (f", {c['credits']} credits per region" if c["credits"] != 2 else ""), [p for _, p in files]))
+        + (f", {c['credits']} credits per region" if c["credits"] != 2 else ""), lambda c: [c["path"]]))
     per_batch = []
     for batch, path in files:
         lens = scale_lengths(kv_lengths(path), scale)

@@ -153,7 +153,7 @@ def run(traces, tiles=None, shape=None, tokens=None) -> dict:
              for tiling, t in [("static", t) for t in tiles[len(routing_trace(trace))]] + [("dynamic", None)]]
     results = paper_common.run_points(moe_task, calls, lambda c: f"{c['trace']} {c['tiling']}"
                                       + (f" tile {c['tile']}" if c["tile"] else ""),
-                                      [trace_file(t) for t in traces])
+                                      lambda c: [trace_file(c["trace"])])
     points, per_trace = [], {}
     for trace in traces:
         pts = [r for c, r in zip(calls, results) if c["trace"] == trace]

@@ -238,14 +238,15 @@ WORKERS = None
 CACHE = True
 
 
-def run_points(fn, calls: list, label, files=()) -> list:
+def run_points(fn, calls: list, label, files_of=lambda call: ()) -> list:
     """``[fn(**c) for c in calls]`` on a process pool of :data:`WORKERS`, each from the sweep cache
-    (``step_hdl.sweep.tasks``) when the model's code, this folder's scripts and ``files`` (the traces) are
-    unchanged; one progress line per point."""
+    (``step_hdl.sweep.tasks``) when the model's code, this folder's scripts and ``files_of(call)`` (the
+    call's own trace) are unchanged; one progress line per point."""
     from step_hdl.sweep.tasks import run_tasks
     here = Path(__file__).resolve().parent
     scripts = sorted(here.glob("*.py"))
-    return run_tasks(fn, calls, "process", WORKERS, CACHE, [*scripts, *files], label=label, progress=progress)
+    return run_tasks(fn, calls, "process", WORKERS, CACHE, lambda c: [*scripts, *files_of(c)], label=label,
+                     progress=progress)
 
 
 def traces_or_exit(check) -> None:

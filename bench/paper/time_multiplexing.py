@@ -86,7 +86,7 @@ def run(regions=REGIONS, tilings=TILINGS, shape=None, tokens=None, trace=TRACE) 
               "tokens": tokens, "shape": shape, "dram": paper_common.DRAM} for tiling, tile in tilings for n in regions]
     results = paper_common.run_points(
         moe_task, calls, lambda c: f"{trace} {c['tiling']}" + (f" tile {c['tile']}" if c["tile"] else "")
-        + f": {m['experts'] // c['experts_per_region']} regions", [trace_file(trace)])
+        + f": {m['experts'] // c['experts_per_region']} regions", lambda c: [trace_file(c["trace"])])
     points, by_tiling = [], {}
     for tiling, tile in tilings:
         pts = [r for c, r in zip(calls, results) if c["tiling"] == tiling and c["tile"] == tile]

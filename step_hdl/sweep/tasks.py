@@ -35,11 +35,12 @@ def run_tasks(fn, calls: list, executor_name: str = "process", workers: int | No
               cache: ResultCache | None | bool = True, files=(), evals=("model",), label=None,
               progress=None) -> list:
     """``[fn(**c) for c in calls]``, each from ``cache`` when its key (:func:`call_key`) is there, the others
-    on ``executor_name`` (``process``, ``serial``; ``ray`` needs ``fn`` importable on the cluster); each
+    on ``executor_name`` (``process``, ``serial``; ``ray`` needs ``fn`` importable on the cluster); ``files``:
+    the paths every result depends on, or a function of the call giving its own (its trace alone); each
     result is stored as it finishes (it must be JSON). An exception in ``fn`` stops the run (the results
     finished before it are kept). ``progress(message)``: called per call done, with ``label(call)``."""
     store = ResultCache() if cache is True else (cache or None)
-    keys = [call_key(fn, c, files, evals) for c in calls]
+    keys = [call_key(fn, c, files(c) if callable(files) else files, evals) for c in calls]
     out: list = [None] * len(calls)
     todo = []
     for i, (c, k) in enumerate(zip(calls, keys)):
