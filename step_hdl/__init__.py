@@ -10,7 +10,7 @@ simulator must not pull in sympy, whose import takes over ten seconds in
 cocotb's embedded Python.
 """
 
-from importlib import import_module
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -24,17 +24,5 @@ _EXPORTS = {
     "types": ["DTYPES", "dtype", "Tile", "Index", "Selector", "BufferRef", "TupleType", "StreamType", "Ragged",
               "dyn", "ragged"],
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'step_hdl' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

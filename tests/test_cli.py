@@ -166,3 +166,14 @@ def test_every_workload_default_maps_onto_the_default_fabric(workload, routing, 
     w = build(workload, defaults(workload))
     prep = prepare(w, 4)
     assert w.dtype.name == "int16" and prep.design.fabric.tile == 4 and len(prep.design.units) > 20
+
+
+def test_lazy_workload_names_stay_functions_after_their_modules_load():
+    """``step_hdl.workloads`` imports its names when first used; a submodule loaded first (the registry loads
+    ``workloads.swiglu`` to build one) does not replace the function of the same name."""
+    import subprocess
+    import sys
+    code = ("import importlib; importlib.import_module('step_hdl.workloads.moe'); "
+            "from step_hdl.workloads import moe, swiglu; print(callable(moe), callable(swiglu), moe.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True", "moe"]
