@@ -58,6 +58,10 @@ QUEUE_DEPTHS = (2, 8, 64)
 #: the Fmax goal of every unit family at 4x4 int8 (issue 22); the report explains each unit under it
 GOAL_MHZ = 125
 
+
+class CharacterizeError(ValueError):
+    """A command-line request the characterization cannot carry out (the message says why)."""
+
 # Units under GOAL_MHZ at 4x4 int8: what the critical path is and what would fix it (read from the report).
 _DSP = ("the `MULT18X18D` used as a combinational multiplier: Yosys's ECP5 flow maps `$mul` to the DSP with "
         "its input, pipeline and output registers bypassed (it packs no flip-flops into ECP5 DSPs), so "
@@ -81,13 +85,19 @@ NOTES = {
                               "(the repeat counter's comparison, at 120.7 MHz before, is a registered flag now). "
                               "Mapping that data register into the RAM (`DP16KD` REGMODE `OUTREG`) would leave "
                               "the routing.",
-    "LinearOffChipLoad": "from the block's state (`blk_done`) through the request handshake (the tracker's "
-                         "credits, the event mux) to the clock enable of the innermost index counter (`oidx0`): "
-                         "12 levels, two thirds of the 11.9 ns in routing (64.4 MHz before the walk's "
-                         "\"last step\" flags, its empty-dimension structure and the burst's run position "
-                         "became registers). The index counters' enables fan out to 32-bit address "
-                         "registers per dimension; registering the request (a skid slice between the walk and "
-                         "the tracker) would cut the handshake from the walk at a cycle of latency.",
+    "LinearOffChipLoad": "from the walk's registered empty-dimension flags (`ozero`) through the event logic "
+                         "and the request handshake (the tracker's credit check, now one comparison with a "
+                         "register of free credits) to the enable of a dimension's running address (`oacc3`): "
+                         "11 levels, 7.1 of the 10.1 ns routing (83.8 MHz before the credits and the burst's "
+                         "run position became down-counting registers). A fabric with `pipeline` puts a "
+                         "register slice between the walk and the tracker (LinearOffChipLoad pipelined).",
+    "LinearOffChipLoad pipelined": "the request slice takes the tracker's handshake off the walk; what is left "
+                                   "is the walk's own step: from a dimension's registered \"last step\" flag "
+                                   "(`oat_last0`) through the choice of the dimension that steps to the "
+                                   "32-bit running addresses it loads (`oacc0`): 6 levels, 6.4 of the 8.4 ns "
+                                   "routing, the choice fanning out to every address bit of every dimension. "
+                                   "Registering that choice (the next step's dimension, one-hot) would leave "
+                                   "the adders.",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "
@@ -95,15 +105,8 @@ NOTES = {
     "Map[silu]": "from the `frac` register through `1 << frac`, the clamp of `(x >> 2) + 1/2`, the DSP "
                  "multiplier and the variable shift and saturation to the output register: 39 levels. A "
                  "fabric with `pipeline` cuts it in four stages (Map[silu] pipelined, 132 MHz).",
-    "Reshape": "the chunk counter `c` through `c + 2 >= chunk` (two carry chains) into its registered "
-               "\"last element\" flag `full` (87.8 MHz when the comparison decided the handshake). "
-               "`chunk - 2` as a register would leave one chain, but it would reach the flag two cycles "
-               "after `chunk` is written, and a token may come one cycle after the last configuration write.",
-    "EagerMerge": "from the `rank` register through the candidate logic (`rank == 0` decides whether a stop "
-                  "is a chunk token) and the lowest-index arbiter to the selector's handshake state "
-                  "(`taken_s`): 8 levels, two thirds routing. Registering `rank == 0` breaks the units' rule "
-                  "that a token may follow the last configuration write by one cycle (the unit tests do).",
 }
+
 
 def _say(msg):
     print(msg, file=sys.stderr, flush=True)
@@ -264,11 +267,15 @@ def write_cost_table(table, path=HERE / "cost_table.json", doc=DOCS / "fpga-cost
 
 # ----------------------------------------------------------------------------- per-unit report
 
-def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f") -> list:
+def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f", only=None) -> list:
+    """One row per unit of the unit table (``only``: just these names)."""
     from .unit_table import units
     from step_hdl.units.catalog import CATALOG
     rows = []
     for name, params, u in units(tile, dtype):
+        if only is not None and name not in only:
+            u._MustUse__silence = True
+            continue
         t0 = time.perf_counter()
         r = _synth(u, _safe(name), workdir, place=True, target=target)
         cp = r.critical_path
@@ -286,6 +293,39 @@ def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f") -> list:
         _say(f"{name:26s} luts {r.luts:6d} ffs {r.ffs:5d} dsps {r.dsps:3d} brams {r.brams:3d} "
              f"fmax {r.fmax_mhz or 0:6.1f} MHz  ({time.perf_counter() - t0:.0f} s)")
     return rows
+
+
+def table_names() -> list[str]:
+    """The unit table's names in its order: every unit, then the pipelined builds."""
+    from .unit_table import PIPELINED, unit_names
+    return [*unit_names(), *(f"{n} pipelined" for n in PIPELINED)]
+
+
+def check_only(only, path, tile=4, dtype="int8", target="ecp5-85f") -> None:
+    """``--only``: the names must be the table's, and the report they are merged into must come from the same
+    tools, tile and type (else the merged table would mix flows)."""
+    names = table_names()
+    bad = [n for n in only if n not in names]
+    if bad:
+        raise CharacterizeError(f"--only: no unit {', '.join(map(repr, bad))} in the unit table; its units: "
+                                f"{', '.join(names)}")
+    if not Path(path).exists():
+        raise CharacterizeError(f"--only: no report at {path} to merge into; run --units without --only first")
+    rep = json.loads(Path(path).read_text())
+    want = (tile, dtype, tool_versions(target))
+    if (rep.get("tile"), rep.get("dtype"), rep.get("tools")) != want:
+        raise CharacterizeError(f"--only: {path} was made at {rep.get('tile')}x{rep.get('tile')} {rep.get('dtype')} "
+                                f"with {rep.get('tools')}, not {tile}x{tile} {dtype} with {want[2]}; run --units "
+                                f"without --only")
+
+
+def merge_rows(rows, path) -> list:
+    """``rows`` in place of the same units' rows of the report at ``path``, in the unit table's order (a unit
+    the report does not have yet is added)."""
+    old = {r["unit"]: r for r in json.loads(Path(path).read_text())["units"]}
+    old.update({r["unit"]: r for r in rows})
+    order = {n: k for k, n in enumerate(table_names())}
+    return sorted(old.values(), key=lambda r: order.get(r["unit"], len(order)))
 
 
 def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=DOCS / "fpga-units.md"):
@@ -317,7 +357,8 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
             slow.append(r)
     lines += ["", f"## Units under {GOAL_MHZ} MHz", "",
               "The `pipelined` rows are the builds of a fabric with `pipeline` (`Fabric.pipeline`, `--pipeline`: "
-              "the function stages and the buffer's SRAM output register, `docs/units.md`), each a few cycles "
+              "the function stages, the buffer's SRAM output register and the linear load's request slice, "
+              "`docs/units.md`), each a few cycles "
               "more latency at the same II; the other units are the same on both fabrics.", ""]
     if not slow:
         lines.append("None.")
@@ -605,7 +646,8 @@ def run_calibration(fabric_json=None, workdir=None, tile=2) -> dict:
 #: pipelined builds of issue 22 (their Fmax floors)
 BASELINE_UNITS = (("Map[add]", 4, "int8"), ("Queue", 4, "int8"), ("Map[matmul] pipelined", 4, "int8"),
                   ("Map[silu] pipelined", 4, "int8"), ("OnChipBuffer pipelined", 4, "int8"),
-                  ("MatMul pipelined", 4, "int8"))
+                  ("MatMul pipelined", 4, "int8"), ("LinearOffChipLoad pipelined", 4, "int8"),
+                  ("Reshape", 4, "int8"), ("EagerMerge", 4, "int8"))
 
 
 def baseline_key(tools: dict) -> str:
@@ -638,6 +680,9 @@ def main(argv=None) -> int:
     ap.add_argument("--units", action="store_true", help="per-unit report at 4x4 int8 -> docs/fpga-units.md")
     ap.add_argument("--target", default="ecp5-85f", choices=("ecp5-85f", "gw2a-18"),
                     help="--units on this FPGA (gw2a-18: its own section of docs/fpga-units.md)")
+    ap.add_argument("--only", nargs="+", metavar="UNIT", default=None,
+                    help="--units: run just these units (names as in the table, e.g. 'LinearOffChipLoad "
+                         "pipelined') and put their rows in place of theirs in the saved report")
     ap.add_argument("--fabric", action="store_true", help="SwiGLU fabric vs the estimate")
     ap.add_argument("--fabric-json", default=None, help="saved `step-hdl synth swiglu ... --json` output")
     ap.add_argument("--calibrate", action="store_true", help="the context factors, from the 2x2 SwiGLU fabric")
@@ -658,10 +703,19 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.sweep:
         write_cost_table(run_sweep(args.tiles, args.dtypes, args.workdir, args.checkpoint))
-    if args.units and args.target == "gw2a-18":
-        write_units_gowin(run_units(workdir=args.workdir, target=args.target))
-    elif args.units:
-        write_units(run_units(workdir=args.workdir))
+    if args.units:
+        gowin = args.target == "gw2a-18"
+        report = HERE / ("unit_report_gw2a-18.json" if gowin else "unit_report.json")
+        if args.only:
+            try:
+                check_only(args.only, report, target=args.target)
+            except CharacterizeError as e:
+                print(f"characterize: error: {e}", file=sys.stderr)
+                return 2
+        rows = run_units(workdir=args.workdir, target=args.target, only=args.only)
+        if args.only:
+            rows = merge_rows(rows, report)
+        (write_units_gowin if gowin else write_units)(rows)
     if args.floats:
         write_float_units(run_float_units(workdir=args.workdir, checkpoint=args.checkpoint,
                                           timeout_min=args.unit_timeout))

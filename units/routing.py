@@ -442,6 +442,9 @@ class EagerMerge(_RoutingUnit):
     previous one closed). Combinational: payload and valid from the inputs
     through the arbiter to ``o``/``o_sel``; input ready from
     ``o.ready``/``o_sel.ready``. Neither output's valid depends on any ready.
+    Whether ``rank`` is 0 (stops are not chunk tokens then) is a flag decoded from
+    the configuration write itself (:meth:`~step_hdl.units.config.ConfigRegs.decoded`), so the arbiter
+    starts at a flip-flop and a token may still follow the last write by a cycle.
     """
 
     kind = "EagerMerge"
@@ -472,7 +475,10 @@ class EagerMerge(_RoutingUnit):
         fmt = self.tile_fmt()
         ins = [getattr(self, f"i{k}") for k in range(n)]
         p = self.regs["rank"]
-        p_zero = p == 0
+
+        def is_zero(v):
+            return v == 0
+        p_zero = self.regs.decoded(m, self.cfg, "rank", is_zero, init=1)
 
         locked = Signal()           # an input is chosen (chunk in progress, or its first token waiting)
         cur = Signal(range(max(n, 2)))

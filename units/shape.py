@@ -466,15 +466,19 @@ class Reshape(_ShapeUnit):
         tok = i.payload
         is_data, is_stop = _kind(tok)
         c = Signal(p.chunk_bits)                        # elements in the current chunk
+        left = Signal(p.chunk_bits)                     # s - c: the chunk's elements from this one on
         # what c does this cycle (hold, count, restart) and, registered beside it, whether it is then a
-        # chunk's last element (`full`: c + 1 >= s): each outcome is compared from registers and the
-        # handshake only selects one, so the counter's adder and comparator stay off it (s, programmed
-        # before the tokens come, reaches `full` a cycle later)
+        # chunk's last element (`full`: c + 1 >= s, that is left <= 1): each outcome is a comparison of a
+        # register with a constant and the handshake only selects one, so no adder or carry chain is on
+        # it. Between chunks (c == 0) `left` follows s, programmed before the tokens come, a cycle later.
         HOLD, INC, ZERO = 0, 1, 2
         c_op = Signal(range(3))
         full = Signal()
+        idle = c == 0
         m.d.sync += [c.eq(Mux(c_op == INC, c + 1, Mux(c_op == ZERO, 0, c))),
-                     full.eq(Mux(c_op == INC, c + 2 >= s, Mux(c_op == ZERO, s <= 1, c + 1 >= s)))]
+                     left.eq(Mux(c_op == INC, Mux(idle, s, left) - 1, Mux((c_op == ZERO) | idle, s, left))),
+                     full.eq(Mux(c_op == INC, Mux(idle, s <= 2, left <= 2),
+                                 Mux((c_op == ZERO) | idle, s <= 1, left <= 1)))]
         padding = Signal()                              # filling a partial run with pad tiles
         ending = Signal()                               # the block end S1 is the next event
         end_eager = Signal()

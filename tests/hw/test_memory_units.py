@@ -187,13 +187,40 @@ def _nested_map(nested, levels, f):
     return [f(x) for x in nested] if levels == 1 else [_nested_map(x, levels - 1, f) for x in nested]
 
 
+@pytest.mark.parametrize("pipeline", [False, True], ids=["", "pipeline"])
 @pytest.mark.parametrize("k", range(9))
-def test_linear_load_random(sim_backend, k):
+def test_linear_load_random(sim_backend, k, pipeline):
     ref_in, op = random_load_case(k)
-    params = LinearLoadParams(**offchip(ref=ref_in is not None))
+    params = LinearLoadParams(**offchip(ref=ref_in is not None, burst_bytes=32 if k % 2 else 0, pipeline=pipeline))
     inputs = {"ref": ref_in} if ref_in else {}
     check_mem_unit(LinearOffChipLoad(params), "LinearOffChipLoad", inputs, op, sim_backend,
-                   "lload_ref" if ref_in else "lload")
+                   ("lload_ref" if ref_in else "lload") + ("_pipe" if pipeline else "") + ("_b" if k % 2 else ""))
+
+
+@pytest.mark.parametrize("ref", [False, True], ids=["", "ref"])
+def test_pipelined_load_is_one_cycle_later(sim_backend, ref):
+    """With ``pipeline`` the walk's requests pass a register slice: with no stall anywhere and a fixed memory
+    latency, every output token leaves exactly one cycle later than without (the declared ``latency`` 1),
+    back to back as before (II 1)."""
+    ref_in, op = (ints(2, 3), toks("1 2 3 S1 4 5 6 S1 D")) if ref else None, None
+    op = dict(tensor="A", tile=[2, 2], out_shape=[2, 4] if not ref else [2], stride=[4, 1] if not ref else [4, 1, 1],
+              base=0)
+    out_cycles = []
+    for pipeline in (False, True):
+        unit = LinearOffChipLoad(LinearLoadParams(**offchip(ref=ref, burst_bytes=32, pipeline=pipeline)))
+        inputs = {"ref": ref_in} if ref else {}
+        config = unit.configure(op, {p: st for p, (st, _) in inputs.items()}, tensor_addr=ADDR["A"])
+        mem = SimMemory(unit.params.port, DEPTH, IMAGE, max_inflight=4)
+        top = MemoryHarness(unit, mem, dump_words=0, dump_format=TILE)
+        timing: dict = {}
+        run_scenario(top, Scenario(unit.pack_inputs(inputs), unit.output_done_bits(),
+                                   [sim_ctl_word(1, 0, 0)] + config, p_gap=0, p_drop=0), sim_backend,
+                     f"lload_lat_{int(ref)}_{int(pipeline)}", timing=timing)
+        out_cycles.append(timing["out_cycles"]["o"])
+        assert unit.latency == int(pipeline)
+    plain, piped = out_cycles
+    assert len(plain) == len(piped) > 4
+    assert [c + 1 for c in plain] == piped, (plain, piped)
 
 
 # ----------------------------------------------------------------------------- LinearOffChipStore
