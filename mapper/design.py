@@ -122,6 +122,12 @@ class Design:
     def mem_units(self) -> list[str]:
         return [u.name for u in self.units if u.cls in OFFCHIP]
 
+    def sample_names(self) -> list[str]:
+        """The counters the harness's sampler records over a run (``FabricTop(samples=N)``): the cycles, the
+        off-chip bytes and each unit's active and stalled cycles."""
+        return ["cycles", "bytes_read", "bytes_written"] + [f"{u.name}.{c}" for u in self.units
+                                                            for c in ("active", "stalled")]
+
     def counter_names(self) -> list[str]:
         names = ["cycles", "bytes_read", "bytes_written", "idle"]
         for u in self.units:

@@ -34,6 +34,14 @@ Interface of :class:`FabricTop` (``docs/architecture.md`` has the table):
     at once), ``<pool>.starved`` (a request found no free page) and
     ``<pool>.waits`` (cycles a request waited for its grant).
 
+``smp_every``, ``smp_addr`` / ``smp_data``, ``smp_count`` (only with ``samples=N``, ``N > 0``; simulation only)
+    a timeline without Python per cycle: while running, whenever the ``cycles`` counter reaches the next
+    multiple of ``smp_every`` (set before ``start``; 0 samples nothing), the counters of
+    :meth:`Design.sample_names` are written at once, as one row, into a memory of ``N`` rows (``smp_count``
+    rows written; the rest of the run goes unsampled once it is full). ``smp_data`` is row ``smp_addr``
+    (combinational), counter ``k`` of the names in bits ``k * COUNTER_BITS`` up; each row holds its own
+    ``cycles``, so its counters are one instant's.
+
 Tile pools (``Design.pools``): one :class:`~step_hdl.units.pool.TilePool` each,
 client ``k``'s ``pool`` port connected to the pool's ``c{k}``.
 """
@@ -58,14 +66,22 @@ ACTIVITY_GROUP = 16
 class FabricTop(wiring.Component):
     """The mapped program's hardware (synthesizable); see the module docstring for the interface."""
 
-    def __init__(self, design: Design, counters: bool = True):
+    def __init__(self, design: Design, counters: bool = True, samples: int = 0):
         self.design = design
         self.counters = counters     # testbench instrumentation; False for synthesis (no ctr_* ports)
+        if samples and not counters:
+            raise ValueError("FabricTop: samples need the counters (counters=True)")
+        self.samples = samples       # rows of the counter sampler (0: none)
         self.unit_objs = built_units(design)
         self.counter_names = design.counter_names() if counters else []
+        self.sample_names = design.sample_names() if samples else []
         members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1), "hung": Out(1)}
         if counters:
             members.update({"ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS)})
+        if samples:
+            members.update({"smp_every": In(COUNTER_BITS), "smp_addr": In(range(samples)),
+                            "smp_data": Out(COUNTER_BITS * len(self.sample_names)),
+                            "smp_count": Out(range(samples + 1))})
         for k, name in enumerate(design.mem_units):
             members[f"mem{k}"] = Out(MemPortSignature(self.unit_objs[name].params.port))
         super().__init__(members)
@@ -192,7 +208,25 @@ class FabricTop(wiring.Component):
         table = Array([values[n] for n in self.counter_names])
         with m.If(self.ctr_addr < len(self.counter_names)):
             m.d.comb += self.ctr_data.eq(table[self.ctr_addr])
+        if self.samples:
+            self._sampler(m, values, live)
         return m
+
+    def _sampler(self, m, values, live):
+        """The counters of :attr:`sample_names` into a memory, one row every ``smp_every`` cycles."""
+        from amaranth.lib import memory
+        row = Cat(*[values[n] for n in self.sample_names])
+        m.submodules.samples = mem = memory.Memory(shape=len(row), depth=self.samples, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        count = Signal(range(self.samples + 1), name="smp_rows")
+        next_at = Signal(COUNTER_BITS, name="smp_next")
+        with m.If(~live):
+            m.d.sync += next_at.eq(self.smp_every)
+        take = live & (self.smp_every != 0) & (values["cycles"] == next_at) & (count < self.samples)
+        m.d.comb += [wp.addr.eq(count), wp.data.eq(row), wp.en.eq(take),
+                     rp.addr.eq(self.smp_addr), self.smp_data.eq(rp.data), self.smp_count.eq(count)]
+        with m.If(take):
+            m.d.sync += [count.eq(count + 1), next_at.eq(next_at + self.smp_every)]
 
 
 def _sum_bytes(terms):

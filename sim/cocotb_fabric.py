@@ -13,7 +13,9 @@ The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
 * ``outputs``: ``{name: [first word, word count]}`` regions read back through
   ``peek_addr``; with ``expected`` (``{name: [hex words]}``) the test fails on
   the first differing word;
-* ``max_cycles``: a bound on the run (the fabric's watchdog usually fires first).
+* ``max_cycles``: a bound on the run (the fabric's watchdog usually fires first);
+* ``sample_every`` (a build with the counter sampler): the sampling interval, set
+  before the run; the rows are read back through ``smp_addr`` afterwards.
 
 The clock and the DRAM model run in the simulator; Python only loads,
 configures, waits for ``done`` or ``hung`` and reads back. Results go to
@@ -57,6 +59,10 @@ async def run_fabric(dut):
     dut.load_en.value = 0
     dut.ctr_addr.value = 0
     dut.peek_addr.value = 0
+    sampled = "sample_every" in job
+    if sampled:
+        dut.smp_every.value = int(job["sample_every"])
+        dut.smp_addr.value = 0
     await ClockCycles(dut.clk, 2)
     await FallingEdge(dut.clk)
     dut.rst.value = 0
@@ -100,7 +106,11 @@ async def run_fabric(dut):
     for name, (first, count) in job["outputs"].items():
         outputs[name] = [format(await _read(dut, dut.peek_addr, dut.peek_data, first + k), "x")
                          for k in range(count)]
-    result = {"status": status, "counters": counters, "outputs": outputs, "run_s": run_s}
+    samples = []
+    if sampled:
+        for k in range(int(dut.smp_count.value)):
+            samples.append(format(await _read(dut, dut.smp_addr, dut.smp_data, k), "x"))
+    result = {"status": status, "counters": counters, "outputs": outputs, "run_s": run_s, "samples": samples}
     out = os.environ.get("STEP_HDL_RESULT")
     if out:
         with open(out, "w") as f:

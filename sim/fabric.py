@@ -39,6 +39,8 @@ from .ticker import Ticker
 from .rtl import RtlError, build_root, to_verilog
 
 BACKENDS = ("amaranth", "verilator", "icarus")
+#: the sampler's ports (``FabricTop(samples=N)``), passed through the harness
+SAMPLER_PORTS = ("smp_every", "smp_addr", "smp_data", "smp_count")
 
 
 class Deadlock(StepDeadlockError):
@@ -51,15 +53,17 @@ class Deadlock(StepDeadlockError):
 class FabricHarness(wiring.Component):
     """Simulation-only: :class:`FabricTop` with every memory port on one :class:`DramModel`.
 
-    Ports: the top's ``cfg``, ``start``, ``done``, ``hung``, ``ctr_addr``/``ctr_data``,
+    Ports: the top's ``cfg``, ``start``, ``done``, ``hung``, ``ctr_addr``/``ctr_data``
+    (with ``samples``: its sampler's ``smp_every``, ``smp_addr``/``smp_data``, ``smp_count``),
     and the DRAM model's backdoor ``load_en``/``load_addr``/``load_data`` and
     ``peek_addr``/``peek_data``.
     """
 
-    def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None):
+    def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None,
+                 samples: int = 0):
         from amaranth.lib import stream
         self.design, self.dram_params, self.depth = design, dram, depth
-        self.top = FabricTop(design)
+        self.top = FabricTop(design, samples=samples)
         shapes = [self.top.unit_objs[n].params.port for n in design.mem_units]
         # one word array as wide as the widest port; narrower ports (row tiles) access sub-words
         shape = max(shapes, key=lambda sh: sh.data_bits) if shapes else None
@@ -72,10 +76,13 @@ class FabricHarness(wiring.Component):
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
                               port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults)
-        super().__init__({"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
-                          "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
-                          "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
-                          "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)})
+        members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
+                   "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
+                   "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
+                   "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)}
+        if samples:
+            members.update({k: self.top.signature.members[k] for k in SAMPLER_PORTS})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -87,6 +94,9 @@ class FabricHarness(wiring.Component):
                      dram.load_en.eq(self.load_en), dram.load_addr.eq(self.load_addr),
                      dram.load_data.eq(self.load_data), dram.peek_addr.eq(self.peek_addr),
                      self.peek_data.eq(dram.peek_data)]
+        if self.top.samples:
+            m.d.comb += [top.smp_every.eq(self.smp_every), top.smp_addr.eq(self.smp_addr),
+                         self.smp_data.eq(top.smp_data), self.smp_count.eq(top.smp_count)]
         for k in range(len(self.design.mem_units)):
             src, dst = getattr(top, f"mem{k}"), getattr(dram, f"port{k}")
             if src.signature == wiring.flipped(dst).signature:
@@ -133,6 +143,9 @@ class RtlResult:
     differ: dict = field(default_factory=dict)       # name -> (k, 2) array of (row, col) where it differs
     problems: list = field(default_factory=list)     # status flags raised: overflowed buffers, starved pools
     waves: str = ""                                  # the waveform file written (run(waves=True)), else ""
+    #: with run(samples=N): {"every", "capacity", "names", "rows", "final"}: the counters of
+    #: ``Design.sample_names`` every ``every`` cycles (cumulative, one row per sample) and at the end
+    timeline: dict = field(default_factory=dict)
 
     @property
     def cycles_per_s(self) -> float:
@@ -250,32 +263,54 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
 
 def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
         progress: bool = False, waves: bool = False, raise_on_hang: bool = True,
-        faults: DramFaults | None = None) -> RtlResult:
+        faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0) -> RtlResult:
     """Simulate a prepared program; returns the measured :class:`RtlResult`.
 
     ``faults`` (:class:`~step_hdl.sim.faults.DramFaults`) makes the memory's latency and back-pressure random;
-    the outputs must not change, the cycles do."""
+    the outputs must not change, the cycles do. ``samples``, ``sample_every``: the harness samples the unit
+    counters every ``sample_every`` cycles into ``samples`` rows (:attr:`RtlResult.timeline`; a build of its
+    own)."""
     if faults is not None and not faults.any:
         faults = None
+    for name, v in (("samples", samples), ("sample_every", sample_every)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise RtlError(f"{name} must be an integer >= 0, got {v!r}")
+    if bool(samples) != bool(sample_every):
+        raise RtlError(f"samples ({samples}) and sample_every ({sample_every}) go together: both 0, or both > 0")
+    sampling = (samples, sample_every)
     if isinstance(dram, str):
         if dram not in DRAM_PRESETS:
             raise RtlError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
         dram = DRAM_PRESETS[dram]
     if backend == "amaranth":
-        return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults)
+        return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults)
+    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
 
 
-def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults=None):
+def _timeline(design: Design, sampling, rows: list, counters: dict) -> dict:
+    """:attr:`RtlResult.timeline` from the sampler's rows (integers, counter ``k`` in bits ``32 k`` up)."""
+    samples, every = sampling
+    if not samples:
+        return {}
+    names = design.sample_names()
+    mask = (1 << COUNTER_BITS) - 1
+    return {"every": every, "capacity": samples, "names": names,
+            "rows": [[(r >> (COUNTER_BITS * k)) & mask for k in range(len(names))] for r in rows],
+            "final": [counters[n] for n in names]}
+
+
+def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0)):
     from amaranth.sim import Simulator
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))    # wide FIFOs (toolchain notes)
-    h = FabricHarness(prep.design, dram, prep.depth(), prep.image, faults)
+    h = FabricHarness(prep.design, dram, prep.depth(), prep.image, faults, samples=sampling[0])
     names = prep.design.counter_names()
     out: dict = {}
 
     async def bench(ctx):
+        if sampling[0]:
+            ctx.set(h.smp_every, sampling[1])
         for w in prep.program.config:
             ctx.set(h.cfg.valid, 1)
             ctx.set(h.cfg.payload.as_value(), w)
@@ -313,7 +348,12 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults
                 ctx.set(h.peek_addr, first + j)
                 ws.append(ctx.get(h.peek_data))
             words[tname] = ws
-        out.update(status=status, counters=counters, words=words)
+        rows = []
+        if sampling[0]:
+            for k in range(ctx.get(h.smp_count)):
+                ctx.set(h.smp_addr, k)
+                rows.append(ctx.get(h.smp_data))
+        out.update(status=status, counters=counters, words=words, rows=rows)
 
     sim = Simulator(h)
     sim.add_clock(1e-8)
@@ -329,14 +369,16 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults
     res = _finish(prep, "amaranth", out["status"], out["counters"], out["words"], time.time() - t0,
                   raise_on_hang=raise_on_hang, run_s=out["run_s"])
     res.waves = str(vcd) if waves else ""
+    res.timeline = _timeline(prep.design, sampling, out["rows"], out["counters"])
     return res
 
 
 def verilog_for(design: Design, dram: DramParams, depth: int,
-                faults: DramFaults | None = None) -> tuple[str, str, float]:
+                faults: DramFaults | None = None, samples: int = 0) -> tuple[str, str, float]:
     """(Verilog text, top module name, seconds spent generating), cached by the structural hash."""
     import hashlib
-    parts = [design.key(), dram.__dict__, depth] + ([dataclasses.asdict(faults)] if faults else [])
+    parts = [design.key(), dram.__dict__, depth] + ([dataclasses.asdict(faults)] if faults else []) \
+        + ([{"samples": samples}] if samples else [])
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
     name = f"step_{key}"
     # the file is also keyed by the generator's source, so a changed module never reuses stale Verilog
@@ -344,7 +386,7 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     if path.exists():
         return path.read_text(), name, 0.0
     t0 = time.time()
-    text = to_verilog(FabricHarness(design, dram, depth, faults=faults), name)
+    text = to_verilog(FabricHarness(design, dram, depth, faults=faults, samples=samples), name)
     path.parent.mkdir(parents=True, exist_ok=True)
     # written whole under another name first: a process reading the cache never sees half a file
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -362,14 +404,17 @@ def _source_fingerprint() -> str:
     return fingerprint(GENERATOR_MODULES)
 
 
-def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None):
+def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0)):
     from .rtl import run_cocotb_module
     t0 = time.time()
     with Ticker(lambda: f"{len(prep.design.units)} units", "  generating the Verilog", progress):
-        text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults)
+        text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults, samples=sampling[0])
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.json"
-        job.write_text(json.dumps(prep.job(max_cycles)))
+        spec = prep.job(max_cycles)
+        if sampling[0]:
+            spec["sample_every"] = sampling[1]
+        job.write_text(json.dumps(spec))
         res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
                                          backend, waves, progress=progress)
     words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
@@ -377,4 +422,5 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
     out = _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
                   build_s + gen_s, raise_on_hang, res.get("run_s", 0.0))
     out.waves = res.get("waves", "")
+    out.timeline = _timeline(prep.design, sampling, [int(r, 16) for r in res.get("samples", [])], res["counters"])
     return out

@@ -641,6 +641,8 @@ class ModelResult:
     outputs: dict
     memory: dict
     bound: CycleBound | None = None     # the lower bound on cycles from this run's counts
+    #: with ``Model(timeline=K)``: ``{"every": K, "busy": {node: [busy cycles in each K-cycle bin]}}``
+    timeline: dict | None = None
 
     def to_dict(self) -> dict:
         return {"cycles": self.cycles, "offchip_bytes": self.offchip_bytes,
@@ -651,8 +653,11 @@ class ModelResult:
 
 class Model:
     def __init__(self, graph: Graph, params: ModelParams, tensors=None, streams=None, bindings=None,
-                 timing_only: bool = True, depths: dict | None = None, fused: bool = True):
+                 timing_only: bool = True, depths: dict | None = None, fused: bool = True, timeline: int = 0):
         graph.validate()
+        if isinstance(timeline, bool) or not isinstance(timeline, int) or timeline < 0:
+            raise ValueError(f"model: timeline must be a bin width in cycles (0: none), got {timeline!r}")
+        self.timeline = timeline    # bin width of the per-node busy timeline (0: none)
         self.fused = fused          # run the hot operators' fused loops (same results, faster)
         self.graph, self.params = graph, params
         self.depths = depths
@@ -923,6 +928,8 @@ class Model:
         idle_procs = {p for p in procs if p.node.kind == "Output"
                       or (p.node.name in cyclic and p.node.kind not in LOADS | STORES)}
         idle, ran = 0, {}
+        every = self.timeline
+        bins: dict | None = {} if every else None
         while heap:
             t, _, proc = pop(heap)
             gen = proc.gen
@@ -956,6 +963,8 @@ class Model:
                 kind, arg = cmd
                 if kind == "delay":
                     proc.busy += arg
+                    if bins is not None and arg:
+                        _add_busy(bins.setdefault(proc.node.name, []), t, arg, every)
                     self.seq += 1
                     push(heap, (t + arg, self.seq, proc))
                     break
@@ -993,6 +1002,7 @@ class Model:
             memory=self.memory.arrays if not self.memory.timing_only else {},
             bound=cycle_bound(self.matmul_flops, n_matmul, self.params.matmul_flops, nbytes, peak,
                               self.dram.requests),
+            timeline={"every": every, "busy": bins} if bins is not None else None,
         )
 
 
@@ -1046,10 +1056,24 @@ def _layout(lowered: Graph | None, P: int, bind: dict) -> dict | None:
 
 
 def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, streams=None, bindings=None,
-             timing_only: bool = True, depths: dict | None = None) -> ModelResult:
+             timing_only: bool = True, depths: dict | None = None, timeline: int = 0) -> ModelResult:
     """Run the approximate performance model on ``graph``.
 
     ``depths`` gives FIFO depths per edge (``producer.port``); by default they are the plan's
-    (:func:`step_hdl.mapper.fifo.capped_depths` with the parameters' FIFO depths).
+    (:func:`step_hdl.mapper.fifo.capped_depths` with the parameters' FIFO depths). ``timeline``: a bin
+    width in cycles: the result's ``timeline`` holds each node's busy cycles per bin.
     """
-    return Model(graph, params or ModelParams(), tensors, streams, bindings, timing_only, depths).run()
+    return Model(graph, params or ModelParams(), tensors, streams, bindings, timing_only, depths,
+                 timeline=timeline).run()
+
+
+def _add_busy(row: list, start: int, length: int, every: int) -> None:
+    """Add the busy span ``start .. start + length`` to ``row``, a node's busy cycles per ``every``-cycle bin."""
+    end = start + length
+    k = start // every
+    while start < end:
+        stop = min(end, (k + 1) * every)
+        if k >= len(row):
+            row.extend([0] * (k + 1 - len(row)))
+        row[k] += stop - start
+        start, k = stop, k + 1

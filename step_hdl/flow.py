@@ -55,8 +55,9 @@ def model_params(fabric: Fabric | int = 4, dram: DramParams | str = "paper", dty
 
 
 def model(workload: Workload, fabric: Fabric | int = 4, dram: DramParams | str = "paper", timing_only: bool = True,
-          dtype: str | None = None) -> ModelResult:
+          dtype: str | None = None, timeline: int = 0) -> ModelResult:
     """Run the approximate model on ``workload``'s graph (its logical tiles) with the timing of ``fabric``
-    and ``dram`` (see :func:`model_params`)."""
+    and ``dram`` (see :func:`model_params`); ``timeline``: a bin width in cycles for the result's per-node
+    busy timeline (0: none)."""
     return simulate(workload.graph, model_params(fabric, dram, dtype), workload.tensors, workload.streams,
-                    timing_only=timing_only)
+                    timing_only=timing_only, timeline=timeline)
