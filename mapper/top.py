@@ -57,6 +57,7 @@ from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
 from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .shared import SharedUnit
 
 
 #: handshakes OR-ed into one registered activity flag (the watchdog's first stage)
@@ -66,8 +67,11 @@ ACTIVITY_GROUP = 16
 class FabricTop(wiring.Component):
     """The mapped program's hardware (synthesizable); see the module docstring for the interface."""
 
-    def __init__(self, design: Design, counters: bool = True, samples: int = 0):
+    def __init__(self, design: Design, counters: bool = True, samples: int = 0, shared: dict | None = None):
         self.design = design
+        # for Verilog, instances of modules converted apart (mapper.shared): {"units": {unit name: (module,
+        # ports)}, "queues": {edge label: (module, ports)}}
+        self.shared = shared or {}
         self.counters = counters     # testbench instrumentation; False for synthesis (no ctr_* ports)
         if samples and not counters:
             raise ValueError("FabricTop: samples need the counters (counters=True)")
@@ -89,7 +93,10 @@ class FabricTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d = self.design
-        units = self.unit_objs
+        units = dict(self.unit_objs)
+        for name, module in self.shared.get("units", {}).items():
+            units[name] = SharedUnit(units[name], *module)
+        shared_queues = self.shared.get("queues", {})
         for name, u in units.items():
             m.submodules[f"u_{name}"] = u
         pools = {}
@@ -123,6 +130,9 @@ class FabricTop(wiring.Component):
         ports_of: dict[str, list] = {s.name: [] for s in d.units}    # (stream, is_output) per unit
         for e in d.edges:
             q = Queue(getattr(units[e.src], e.src_port).payload.shape(), e.depth)
+            if e.label in shared_queues:
+                q._MustUse__silence = True      # its module is converted once per width and depth
+                q = SharedUnit(q, *shared_queues[e.label])
             m.submodules[f"q_{e.label.replace('.', '__')}"] = q
             wiring.connect(m, getattr(units[e.src], e.src_port), q.i)
             wiring.connect(m, q.o, getattr(units[e.dst], e.dst_port))

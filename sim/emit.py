@@ -7,6 +7,8 @@ Files written (``docs/architecture.md`` describes them):
     testbench counters), memory ports as real ports;
 ``harness.v``
     the same top level with its counters and the simulation-only DRAM model (what the testbench runs);
+    in both, the units of one design (class and structural parameters) are instances of one module
+    (:mod:`step_hdl.mapper.shared`), each file with its own copy of the unit modules;
 ``config.json``
     the configuration image (top-level writes) and each unit's registers;
 ``fabric.json``, ``design.json``, ``mapping.json``
@@ -35,7 +37,7 @@ from step_hdl.mapper.design import buffer_bytes, built_units
 from step_hdl.mapper.top import FabricTop
 
 from .dram_timing import DRAM_PRESETS
-from .fabric import verilog_for
+from .fabric import unit_modules, verilog_for
 from .rtl import to_verilog
 
 RUNNER = '''\
@@ -147,8 +149,10 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = Fal
     design = prep.design
     harness_text, top_name, _ = verilog_for(design, dram_p, prep.depth())
     (out / "harness.v").write_text(harness_text)
-    if synth_top:
-        (out / "top.v").write_text(to_verilog(FabricTop(design, counters=False), f"{top_name}_top"))
+    if synth_top:       # one module per distinct unit design, as in the harness (its own copy: a file alone)
+        modules, unit_text = unit_modules(design)
+        (out / "top.v").write_text(to_verilog(FabricTop(design, counters=False, shared=modules),
+                                              f"{top_name}_top") + unit_text)
     # the cocotb test module, copied as a file (importing it would import cocotb)
     shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
     (out / "job.json").write_text(json.dumps(prep.job(with_expected=True)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -60,10 +61,10 @@ class FabricHarness(wiring.Component):
     """
 
     def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None,
-                 samples: int = 0):
+                 samples: int = 0, shared: dict | None = None):
         from amaranth.lib import stream
         self.design, self.dram_params, self.depth = design, dram, depth
-        self.top = FabricTop(design, samples=samples)
+        self.top = FabricTop(design, samples=samples, shared=shared)
         shapes = [self.top.unit_objs[n].params.port for n in design.mem_units]
         # one word array as wide as the widest port; narrower ports (row tiles) access sub-words
         shape = max(shapes, key=lambda sh: sh.data_bits) if shapes else None
@@ -263,13 +264,13 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
 
 def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
         progress: bool = False, waves: bool = False, raise_on_hang: bool = True,
-        faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0) -> RtlResult:
+        faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0, shared: bool = True) -> RtlResult:
     """Simulate a prepared program; returns the measured :class:`RtlResult`.
 
     ``faults`` (:class:`~step_hdl.sim.faults.DramFaults`) makes the memory's latency and back-pressure random;
     the outputs must not change, the cycles do. ``samples``, ``sample_every``: the harness samples the unit
     counters every ``sample_every`` cycles into ``samples`` rows (:attr:`RtlResult.timeline`; a build of its
-    own)."""
+    own). ``shared`` (Verilator, Icarus): one Verilog module per distinct unit design (:func:`verilog_for`)."""
     if faults is not None and not faults.any:
         faults = None
     for name, v in (("samples", samples), ("sample_every", sample_every)):
@@ -286,7 +287,7 @@ def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "pa
         return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
+    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling, shared)
 
 
 def _timeline(design: Design, sampling, rows: list, counters: dict) -> dict:
@@ -374,11 +375,13 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults
 
 
 def verilog_for(design: Design, dram: DramParams, depth: int,
-                faults: DramFaults | None = None, samples: int = 0) -> tuple[str, str, float]:
-    """(Verilog text, top module name, seconds spent generating), cached by the structural hash."""
+                faults: DramFaults | None = None, samples: int = 0, shared: bool = True) -> tuple[str, str, float]:
+    """(Verilog text, top module name, seconds spent generating), cached by the structural hash. ``shared``:
+    one module per distinct unit design (:func:`unit_modules`); False converts every instance apart (the
+    old way, for ``bench/build_speed.py``'s comparison)."""
     import hashlib
     parts = [design.key(), dram.__dict__, depth] + ([dataclasses.asdict(faults)] if faults else []) \
-        + ([{"samples": samples}] if samples else [])
+        + ([{"samples": samples}] if samples else []) + ([] if shared else [{"shared": False}])
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
     name = f"step_{key}"
     # the file is also keyed by the generator's source, so a changed module never reuses stale Verilog
@@ -386,13 +389,61 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     if path.exists():
         return path.read_text(), name, 0.0
     t0 = time.time()
-    text = to_verilog(FabricHarness(design, dram, depth, faults=faults, samples=samples), name)
+    modules, unit_text = unit_modules(design) if shared else ({}, "")
+    text = to_verilog(FabricHarness(design, dram, depth, faults=faults, samples=samples, shared=modules), name) \
+        + unit_text
+    _write_whole(path, text)
+    return text, name, time.time() - t0
+
+
+def unit_modules(design: Design) -> tuple[dict, str]:
+    """``(shared, Verilog)`` for :class:`FabricTop`'s ``shared``: one module per distinct unit design of
+    ``design`` (:mod:`step_hdl.mapper.shared`) and one per FIFO width and depth, each converted once and
+    cached by what it is and the generator's source, so designs that share a unit design share its
+    conversion too."""
+    from amaranth.hdl import Shape
+    from step_hdl.mapper.design import built_units
+    from step_hdl.mapper.shared import design_key, module_name, module_ports
+    from step_hdl.units.stream import Queue
+    units = built_units(design)
+    groups: dict = {}
+    for spec in design.units:
+        groups.setdefault(design_key(spec), []).append(spec)
+    shared: dict = {"units": {}, "queues": {}}
+    texts = []
+
+    def module(mod: str, make) -> frozenset:
+        path = build_root() / "verilog" / "units" / f"{mod}-{_source_fingerprint()}.v"
+        if path.exists():
+            text = path.read_text()
+        else:       # a module the top level instantiates: not marked as a top itself
+            text = re.sub(r"^\(\*\s*top\s*=\s*1\s*\*\)\s*\n", "", to_verilog(make(), mod), flags=re.M)
+            _write_whole(path, text)
+        texts.append(text)
+        return module_ports(text, mod)
+    for specs in groups.values():
+        mod = module_name(specs[0])
+        ports = module(mod, lambda: units[specs[0].name])
+        for spec in specs:
+            shared["units"][spec.name] = (mod, ports)
+    queues: dict = {}
+    for e in design.edges:
+        shape = getattr(units[e.src], e.src_port).payload.shape()
+        queues.setdefault((Shape.cast(shape).width, e.depth), (shape, []))[1].append(e.label)
+    for (width, depth), (shape, labels) in queues.items():
+        mod = f"queue_w{width}_d{depth}"
+        ports = module(mod, lambda: Queue(shape, depth))
+        for label in labels:
+            shared["queues"][label] = (mod, ports)
+    return shared, "".join("\n" + t for t in texts)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` under another name first: a process reading the cache never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # written whole under another name first: a process reading the cache never sees half a file
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-    return text, name, time.time() - t0
 
 
 #: the Verilog generator: the harness, the DRAM model and the top level; with everything they import (the
@@ -404,11 +455,12 @@ def _source_fingerprint() -> str:
     return fingerprint(GENERATOR_MODULES)
 
 
-def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0)):
+def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0),
+                shared=True):
     from .rtl import run_cocotb_module
     t0 = time.time()
     with Ticker(lambda: f"{len(prep.design.units)} units", "  generating the Verilog", progress):
-        text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults, samples=sampling[0])
+        text, top, gen_s = verilog_for(prep.design, dram, prep.depth(), faults, samples=sampling[0], shared=shared)
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job.json"
         spec = prep.job(max_cycles)

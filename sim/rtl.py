@@ -74,20 +74,26 @@ def setup_verilator() -> Path:
     return root
 
 
-#: above this many Verilog modules a build compiles without optimization
-BIG_DESIGN_MODULES = 400
+#: above this many module instances a build compiles without optimization
+BIG_DESIGN_INSTANCES = 400
+
+
+def module_instances(verilog_text: str) -> int:
+    """Module instantiations in Yosys's Verilog (``  module_name instance_name (`` lines): with one module per
+    unit design (``mapper/shared.py``) the fabric's size, which its module count no longer is."""
+    return len(re.findall(r"^\s+\S+\s+\S+\s+\($", verilog_text, re.M))
 
 
 def verilator_opt(verilog_text: str, short: bool = False) -> str:
     """C++ optimization level of a Verilator build: ``-O2`` (faster simulation) for a fabric of tens of
-    units, ``-O0`` for a big one (the 8-expert MoE fabric: 1,331 modules), whose C++ otherwise takes the
-    better part of an hour to compile for a run of a few thousand cycles. ``$STEP_HDL_VERILATOR_OPT``
-    overrides."""
+    units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances: the 8-expert MoE
+    fabric, 349 units; at ``-O2`` its C++ takes 5.5 minutes to compile for a run of a few thousand cycles,
+    ``bench/build_speed.py``). ``$STEP_HDL_VERILATOR_OPT`` overrides (``-O2`` for a long run)."""
     if os.environ.get("STEP_HDL_VERILATOR_OPT"):
         return os.environ["STEP_HDL_VERILATOR_OPT"]
     if short:       # a unit scenario: hundreds of cycles, where the compile is all the time (9.5 -> 6 s a unit)
         return "-O0"
-    return "-O0" if verilog_text.count("\nmodule ") > BIG_DESIGN_MODULES else "-O2"
+    return "-O0" if module_instances(verilog_text) > BIG_DESIGN_INSTANCES else "-O2"
 
 
 def cocotb_runner(backend: str):

@@ -1,0 +1,50 @@
+"""One Verilog module per distinct unit design and FIFO shape (``mapper/shared.py``, ``sim.fabric.unit_modules``).
+That the shared Verilog runs the same tokens in the same cycles as the Amaranth simulator's per-instance
+elaboration is ``tests/hw/test_backends.py``'s fabric point and every Verilator test of the flow."""
+
+import re
+
+import pytest
+from amaranth.back import rtlil
+
+from step_hdl.flow import prepare
+from step_hdl.mapper.design import built_units
+from step_hdl.mapper.shared import SharedUnit, design_key, module_name
+from step_hdl.sim.dram_timing import DRAM_PRESETS
+from step_hdl.sim.fabric import unit_modules, verilog_for
+from step_hdl.workloads import swiglu
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return prepare(swiglu(16, 8, 64, 8, 16, "int16"), 4)
+
+
+def test_units_of_one_design_are_instances_of_one_module(prep):
+    d = prep.design
+    shared, text = unit_modules(d)
+    designs = {design_key(u) for u in d.units}
+    modules = {mod for mod, _ in shared["units"].values()}
+    assert len(modules) == len(designs) == 9 < len(d.units) == 22
+    for u in d.units:
+        assert shared["units"][u.name][0] == module_name(u)
+    queue_shapes = {(mod, ports) for mod, ports in shared["queues"].values()}
+    assert len(queue_shapes) < len(d.edges) == len(shared["queues"])
+    for mod in modules | {mod for mod, _ in queue_shapes}:
+        assert len(re.findall(rf"^module {mod}\(", text, re.M)) == 1, mod
+    assert "(* top" not in text                 # only the harness is a top
+    harness, _, _ = verilog_for(d, DRAM_PRESETS["paper"], prep.depth())
+    assert harness.count("(* top") == 1
+    for u in d.units:                           # each unit instance, by its graph name, of its design's module
+        assert re.search(rf"^\s*{module_name(u)} u_{u.name} \(", harness, re.M), u.name
+    per_instance, _, _ = verilog_for(d, DRAM_PRESETS["paper"], prep.depth(), shared=False)
+    assert len(re.findall(r"^module ", harness, re.M)) < len(re.findall(r"^module ", per_instance, re.M)) / 2
+
+
+def test_a_shared_module_without_a_port_of_the_unit_is_an_error(prep):
+    unit = built_units(prep.design)[prep.design.units[0].name]
+    stub = SharedUnit(unit, "some_module", frozenset({"clk", "rst", "cfg__valid"}))
+    assert stub.regs is unit.regs and stub.params is unit.params       # the unit's attributes, its own ports
+    with pytest.raises(ValueError, match=r"shared unit module some_module has no port cfg__payload \(ports: "
+                                         r"cfg__valid, clk, rst\)"):
+        rtlil.convert(stub)
