@@ -19,9 +19,9 @@ from pathlib import Path
 
 #: layer of each subpackage, lowest first; a module may import only its own layer or lower ones
 LAYERS = {"language": 0, "units": 1, "mapper": 2, "sim": 3, "fpga": 3, "top": 4}
-#: the top layer: the command line, the flow API that joins mapping, emission and simulation, and the sweeps
-#: that run them
-TOP_MODULES = ("step_hdl.cli", "step_hdl.flow")
+#: the top layer: the command line, the flow API that joins mapping, emission and simulation, the run report
+#: that reads all of them, and the sweeps that run them
+TOP_MODULES = ("step_hdl.cli", "step_hdl.flow", "step_hdl.report")
 TOP_PACKAGES = ("step_hdl.sweep",)
 
 

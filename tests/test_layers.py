@@ -19,6 +19,7 @@ def test_every_import_names_a_module():
 def test_every_module_has_a_layer():
     layers = {m: sources.layer_of(m) for m in sources.package_modules()}
     assert layers["step_hdl.flow"] == layers["step_hdl.cli"] == layers["step_hdl.sweep.run"] == "top"
+    assert layers["step_hdl.report"] == "top"
     assert layers["step_hdl.units.memport"] == "units" and layers["step_hdl.mapper.top"] == "mapper"
     assert layers["step_hdl.sim.model"] == "sim" and layers["step_hdl.fpga.ecp5"] == "fpga"
     assert layers["step_hdl.functions"] == layers["step_hdl.workloads.moe"] == "language"
