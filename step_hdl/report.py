@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OutputError
+from .errors import OutputError, StepError
 
 #: the first line of every page this module writes: a file that starts otherwise is the user's, never
 #: overwritten without ``force``
@@ -78,12 +78,13 @@ def collect(workload, prep, backend: str = "verilator", dram: str = "paper", sam
     wall = {}
     t0 = time.perf_counter()
     preset = DRAM_PRESETS[dram]
+    if every is None and rtl is not None and rtl.timeline:
+        every = rtl.timeline["every"]
     if every is None:           # from the model's cycles: a first run without a timeline
         if model_result is None:
             model_result = model(workload, prep.design.fabric, preset)
-        every = rtl.timeline["every"] if rtl is not None and rtl.timeline else \
-            sample_every(model_result.cycles, samples)
-    if model_result is None or model_result.timeline is None or model_result.timeline["every"] != every:
+        every = sample_every(model_result.cycles, samples)
+    if model_result is None or (model_result.timeline or {}).get("every") != every:
         model_result = model(workload, prep.design.fabric, preset, timeline=every)
     wall["model_s"] = round(time.perf_counter() - t0, 3)
     if rtl is None:
@@ -95,7 +96,7 @@ def collect(workload, prep, backend: str = "verilator", dram: str = "paper", sam
     try:
         from .fpga.cost import estimate
         est = estimate(prep.design)
-    except Exception as exc:        # the page still shows the run; it says why there is no estimate
+    except (StepError, KeyError, OSError) as exc:   # the page still shows the run and says why there is none
         est = {"error": f"{type(exc).__name__}: {exc}"}
     md = model_result.to_dict()
     md["timeline"] = model_result.timeline
