@@ -411,9 +411,10 @@ def unit_modules(design: Design) -> tuple[dict, str]:
         groups.setdefault(design_key(spec), []).append(spec)
     shared: dict = {"units": {}, "queues": {}}
     texts = []
+    source = _source_fingerprint()      # hashes every generator source file: once, not per module
 
     def module(mod: str, make) -> frozenset:
-        path = build_root() / "verilog" / "units" / f"{mod}-{_source_fingerprint()}.v"
+        path = build_root() / "verilog" / "units" / f"{mod}-{source}.v"
         if path.exists():
             text = path.read_text()
         else:       # a module the top level instantiates: not marked as a top itself

@@ -363,13 +363,12 @@ def _version() -> str:
 
 
 def check_target(path, force: bool = False, option: str = "--report") -> None:
-    """An :class:`OutputError` unless a page can go to ``path``: not a folder, in a folder that exists, and
-    not an existing file other than a step-hdl report (unless ``force``). Called before the run."""
+    """An :class:`OutputError` unless a page can go to ``path``: a file the command line's outputs may write
+    (not a folder, in a writable folder that exists), and not an existing file other than a step-hdl report
+    (unless ``force``). Called before the run."""
+    from .cli import _writable
+    _writable(path, option)
     p = Path(path)
-    if p.is_dir():
-        raise OutputError(f"{option} {path}: is a folder; expected a file name")
-    if not p.parent.is_dir():
-        raise OutputError(f"{option} {path}: the folder {p.parent} does not exist")
     if p.exists() and not force:
         with open(p, "rb") as f:
             head = f.read(len(MARK))
