@@ -11,10 +11,10 @@ shapes, not values (:class:`~step_hdl.functions.ShapeOnly`).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import chain
 
+import numpy as np
 
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Memory
@@ -40,7 +40,7 @@ class _LoadState:
     load's (``early``: (completion, pieces))."""
 
     __slots__ = ("ready", "held", "held_sum", "pending", "early", "cursor", "prev", "count", "leaving", "timer",
-                 "whole_at", "prefetch_at", "part", "rate", "sched")
+                 "whole_at", "prefetch_at", "part", "rate", "sched", "part_left")
 
     def __init__(self, ready: deque):
         self.ready = ready
@@ -54,6 +54,7 @@ class _LoadState:
         self.leaving = (0, 0)   # the tile being sent: (physical tiles, when its last one leaves)
         self.rate = 1.0         # cycles per physical tile on the unit's output (its stops between them included)
         self.sched = None       # when each piece of the tile being sent leaves, where its credits paced it
+        self.part_left = None   # TimedMemory._left's running sums over the part list (part[2]), kept as it grows
         self.timer = None       # when a credit-paced issue of the pending tiles is scheduled
         self.whole_at = 0       # when the input token the prefetch stopped at is whole (_waiting)
         self.prefetch_at = 0    # when a prefetch waiting for that token is scheduled
@@ -66,6 +67,59 @@ def _still(n: int, end: int, now: int, rate: float) -> int:
     """Pieces of a tile of ``n`` leaving the unit one every ``rate`` cycles, the last at ``end``, not left
     by ``now``."""
     return max(0, min(n, math.ceil((end - now) / rate)))
+
+
+def _DYADIC(r: float) -> bool:
+    """Whether a token rate is a multiple of 2**-20, so that the times :func:`_pace_rest` forms from it
+    in other orders than the piece-by-piece loop are exactly the loop's (no float rounding)."""
+    return (r * 1048576.0).is_integer()
+
+
+def _pace_rest(d, leave: list, parts: list, credits: int, lone: int, r: float, done: int) -> tuple:
+    """The piece-by-piece pacing of :meth:`TimedMemory._issue_rest` after its first ``credits`` pieces,
+    in blocks of ``credits`` (numpy): a piece waits for its response ``d[p]`` and for the piece
+    ``credits`` before it to have left (``+ lone``), and leaves ``r`` after the piece before it.
+    ``leave`` holds the first ``credits`` pieces' times. Exactly the loop's times for a dyadic ``r``
+    (:func:`_DYADIC`).
+
+    Within one read part the responses come one a cycle and the pieces leave at least ``r >= 1`` apart,
+    so a response that stopped binding never binds again there, and the rest of the part repeats a
+    whole block once either (a) the block's pieces leave ``r`` apart and ``credits · r`` covers a lone
+    request's latency (the credits never bind again: the rest leave ``r`` apart), or (b) the block is
+    the one before it shifted by a whole number of cycles (the credits pace it: the rest is that block
+    repeated)."""
+    n, c = len(d), credits
+    dv = np.asarray(d, dtype=np.float64)
+    lv = np.empty(n)
+    lv[:c] = leave
+    jr = np.arange(n) * r
+    ends = np.cumsum([k for k, _ in parts])       # where each read part's pieces end
+    free = lone + 1 <= c * r                      # a credit is back before the piece it lets out is due
+    p = c
+    while p < n:
+        q = min(p + c, n)
+        cr = np.ceil(lv[p - c:q - c]) + lone
+        b = np.maximum.accumulate(np.maximum(dv[p:q], cr) - jr[p:q])
+        lv[p:q] = np.maximum(b, lv[p - 1] - jr[p - 1]) + jr[p:q]
+        p = q
+        end = int(ends[np.searchsorted(ends, p - 1, side="right")]) if p < n else n
+        if end - p <= c or int(ends[np.searchsorted(ends, p - c, side="right")]) != end:
+            continue
+        blk = lv[p - c:p]
+        if dv[p - 1] > blk[-1]:
+            continue
+        if free and np.all(np.diff(lv[p - c - 1:p]) == r):                                      # (a)
+            lv[p:end] = blk[-1] + np.arange(1, end - p + 1) * r
+            p = end
+            continue
+        t = blk[0] - lv[p - 2 * c] if p >= 2 * c else 0.5
+        if t.is_integer() and np.array_equal(blk - lv[p - 2 * c:p - c], np.full(c, t)) and \
+                np.all(dv[p - c:p] <= np.maximum(cr, lv[p - c - 1:p - 1] + r)):                 # (b)
+            i = np.arange(p, end)
+            lv[p:end] = lv[p - c + (i - p) % c] + ((i - p) // c + 1) * t
+            p = end
+    cmax = np.maximum(dv[c:], np.ceil(lv[:n - c]) + lone).max()
+    return max(done, int(cmax)), np.ceil(lv).astype(np.int64).tolist()
 
 
 def _waiting(st: _LoadState, channel, now: int):
@@ -364,22 +418,29 @@ class TimedMemory(Memory):
         if prior + pieces <= credits:
             return done, None
         lone = self.dram.p.latency + PIPELINE + 1
-        leave = []
         last = e0 if e0 > now else now
-        p = 0
-        for k, d in parts:
-            for i in range(k):
-                c = d - (k - 1 - i)
-                need = prior + p + 1 - credits      # outstanding pieces that must leave before it goes out
-                if need > prior:
-                    c = max(c, math.ceil(leave[need - prior - 1]) + lone)
-                elif need > 0:
-                    c = max(c, self._left(st, now, need) + lone)
+        # each piece's response, in order: a part's come one a cycle, the last at its completion
+        dv = np.concatenate([np.arange(t - k + 1, t + 1, dtype=np.int64) for k, t in parts])
+        head = min(credits, len(dv))
+        leave = []
+        for p, c in enumerate(dv[:head].tolist()):  # the pieces whose credits the tile before frees
+            need = prior + p + 1 - credits          # outstanding pieces that must leave before it goes out
+            if need > 0:
+                c = max(c, self._left(st, now, need) + lone)
+            if c > done:
+                done = c
+            last = max(c, last + r)
+            leave.append(last)
+        if head < len(dv):
+            if _DYADIC(r):
+                return _pace_rest(dv, leave, parts, credits, lone, r, done)
+            d = dv.tolist()
+            for p in range(head, len(d)):           # each takes the credit of the piece ``credits`` before it
+                c = max(d[p], math.ceil(leave[p - credits]) + lone)
                 if c > done:
                     done = c
                 last = max(c, last + r)
                 leave.append(last)
-                p += 1
         return done, [math.ceil(t) for t in leave]
 
     @staticmethod
@@ -404,13 +465,33 @@ class TimedMemory(Memory):
             return math.ceil(e0 - (n0 - left - k) * r)
         k -= n0 - left
         last = e0
-        for n, done in chain(zip(st.held, st.ready), st.part[2]):    # then the read issued in part
+        for n, done in zip(st.held, st.ready):
             first = max(last + r, done - n + 1)
             if k <= n:
                 return math.ceil(first + (k - 1) * r)
             k -= n
             last = first + (n - 1) * r
-        return math.ceil(last)
+        # then the read issued in part: one entry per issue, so thousands for a large tile issued a credit
+        # at a time; the running sums over its entries are kept while they hold (same list, start, rate)
+        parts = st.part[2]
+        if not parts:
+            return math.ceil(last)
+        pl = st.part_left
+        if pl is None or pl[0] is not parts or pl[1] != last or pl[2] != r:
+            pl = st.part_left = [parts, last, r, [], [], last]     # ..., piece counts to each end, firsts, last
+        ends, firsts, last = pl[3], pl[4], pl[5]
+        total = ends[-1] if ends else 0
+        for n, done in parts[len(ends):]:
+            first = max(last + r, done - n + 1)
+            firsts.append(first)
+            total += n
+            ends.append(total)
+            last = first + (n - 1) * r
+        pl[5] = last
+        if k > total:
+            return math.ceil(last)
+        i = bisect_left(ends, k)
+        return math.ceil(firsts[i] + (k - (ends[i - 1] if i else 0) - 1) * r)
 
     def _issue_ahead(self, st: _LoadState, name: str, now: int, credits: int) -> None:
         """Issue the load's pending reads while their pieces have free credits at ``now`` (``units.offchip``
