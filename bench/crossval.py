@@ -23,7 +23,12 @@ as each point finishes, so an interrupted run resumes and a model change is
 checked again in seconds (``--rtl-json PATH`` compares measured results without
 running anything). The first full run builds 26 fabrics (about two hours here).
 
-    python bench/crossval.py [--json PATH] [--plot PNG] [--only swiglu moe ...] [--rtl-json PATH]
+    python bench/crossval.py [--json PATH] [--plot PNG] [--only swiglu moe ...] [--rtl-json PATH] [--save-rtl PATH]
+
+``bench/data/crossval-rtl.json`` holds the RTL results of every point, measured at the commit it names
+(``--save-rtl``): ``--rtl-json bench/data/crossval-rtl.json`` checks a model change against them in about a
+minute, and ``tests/test_compare.py`` does so in the default suite. Measure them again when a unit's timing
+changes.
 
 ``--json`` writes ``{"points": [{workload, params, tile, dram, rtl_cycles, model_cycles, error_pct, and every
 parameter}], "pearson", "mape_pct", "worst_pct", "per_workload": {...}, "effects": [...]}``; ``effects``:
@@ -96,6 +101,19 @@ def effects(points: list[dict]) -> list[dict]:
     return out
 
 
+def _commit() -> str | None:
+    """The repository's commit (with ``+dirty`` for uncommitted changes), or None outside a git checkout."""
+    import subprocess
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def _flat(p: dict) -> dict:
     """A compared point with its parameters also at the top level (the JSON's 'every parameter')."""
     return {**p, **{k: v for k, v in p["params"].items() if k not in p}}
@@ -110,7 +128,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rtl-json", default=None, help="compare these measured results; run no RTL")
     ap.add_argument("--json", default=None, help="write the comparison here")
     ap.add_argument("--plot", default=None, metavar="PNG", help="model against RTL cycles, a colour per workload")
+    ap.add_argument("--save-rtl", default=None, metavar="JSON",
+                    help="write the RTL results (with the commit and back-end they were measured at) here, for "
+                         "--rtl-json; bench/data/crossval-rtl.json is the stored set the tests compare the model with")
     args = ap.parse_args(argv)
+    for flag, path in (("--json", args.json), ("--save-rtl", args.save_rtl), ("--plot", args.plot)):
+        if path and Path(path).is_dir():
+            print(f"crossval: error: {flag} {path} is a directory, expected a file path", file=sys.stderr)
+            return 2
     chosen = [p for p in POINTS if args.only is None or workload_label(p.to_json()) in args.only
               or p.workload in args.only]
     if not chosen:
@@ -133,6 +158,9 @@ def main(argv=None) -> int:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 cache.write_text(json.dumps(list(done.values()), indent=1))
             results = [done[p.key()] for p in chosen]
+        if args.save_rtl:
+            Path(args.save_rtl).write_text(json.dumps({"rtl_commit": _commit(), "backend": args.backend,
+                                                       "points": results}, indent=1) + "\n")
         cmp = compare(results, progress=lambda m: print(m, file=sys.stderr, flush=True))
     except TraceNotFound as exc:
         print(f"skipped: {exc}", file=sys.stderr)
