@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 
-from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
+from amaranth.hdl import ClockSignal, Instance, ResetSignal, Shape, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -48,13 +48,45 @@ class SharedUnit(wiring.Component):
     def __init__(self, unit, module: str, ports: frozenset):
         self._unit, self._module, self._ports = unit, module, ports
         super().__init__(unit.signature)
+        self._plain_ports()
         self._delegate = True
+
+    def _plain_ports(self):
+        """Back every port that has a layout (a stream's payload) with a plain signal of its width, seen
+        through the same layout: the top level still reads its fields, but its Verilog gets no wire per
+        field of every instance's ports (they were about half of the MoE fabric's top-level lines)."""
+        for path, member, value in self.signature.flatten(self):
+            if isinstance(value, Value):
+                continue
+            shape = value.shape()
+            plain = Signal(Shape.cast(shape), init=member._init_as_const.value, name="__".join(map(str, path)))
+            owner = self
+            for step in path[:-1]:
+                owner = owner[step] if isinstance(step, int) else getattr(owner, step)
+            if isinstance(path[-1], int):
+                owner[path[-1]] = shape(plain)
+            else:
+                setattr(owner, path[-1], shape(plain))
 
     def __getattr__(self, name):
         # only for what the stub itself lacks (its ports are its own): the unit's registers, parameters
         if name.startswith("__") or not self.__dict__.get("_delegate"):
             raise AttributeError(name)
         return getattr(self._unit, name)
+
+    def adopt(self, name: str, port) -> None:
+        """Make this stub's port ``name`` the signals of ``port`` (another stub's port of the same stream),
+        so the two instances are wired to each other directly: no second set of signals and no assignment
+        between them in the top level (a FIFO between two units: most of the top level's netlist)."""
+        mine = getattr(self, name)
+        for path, _member, value in port.signature.flatten(port):
+            owner = mine
+            for step in path[:-1]:
+                owner = owner[step] if isinstance(step, int) else getattr(owner, step)
+            if isinstance(path[-1], int):
+                owner[path[-1]] = value
+            else:
+                setattr(owner, path[-1], value)
 
     def elaborate(self, platform):
         args = {}

@@ -134,8 +134,15 @@ class FabricTop(wiring.Component):
                 q._MustUse__silence = True      # its module is converted once per width and depth
                 q = SharedUnit(q, *shared_queues[e.label])
             m.submodules[f"q_{e.label.replace('.', '__')}"] = q
-            wiring.connect(m, getattr(units[e.src], e.src_port), q.i)
-            wiring.connect(m, q.o, getattr(units[e.dst], e.dst_port))
+            src, dst = getattr(units[e.src], e.src_port), getattr(units[e.dst], e.dst_port)
+            if isinstance(q, SharedUnit) and isinstance(units[e.src], SharedUnit):
+                q.adopt("i", src)       # instance to instance: one set of signals, no assignments
+            else:
+                wiring.connect(m, src, q.i)
+            if isinstance(q, SharedUnit) and isinstance(units[e.dst], SharedUnit):
+                q.adopt("o", dst)
+            else:
+                wiring.connect(m, q.o, dst)
             ports_of[e.src].append((q.i, True))
             ports_of[e.dst].append((q.o, False))
             fire_in, fire_out = q.i.valid & q.i.ready, q.o.valid & q.o.ready

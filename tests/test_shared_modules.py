@@ -37,6 +37,9 @@ def test_units_of_one_design_are_instances_of_one_module(prep):
     assert harness.count("(* top") == 1
     for u in d.units:                           # each unit instance, by its graph name, of its design's module
         assert re.search(rf"^\s*{module_name(u)} u_{u.name} \(", harness, re.M), u.name
+    # the top level's stream signals are plain: no wire per payload field of every port (its own ports aside)
+    top = re.search(r"^module \S+\.top\s*\(.*?^endmodule", harness, re.M | re.S).group(0)
+    assert not re.search(r"^\s*wire [^\\]*\\(?!cfg__|mem\d+__)\S*__payload\S*\.", top, re.M)
     per_instance, _, _ = verilog_for(d, DRAM_PRESETS["paper"], prep.depth(), shared=False)
     assert len(re.findall(r"^module ", harness, re.M)) < len(re.findall(r"^module ", per_instance, re.M)) / 2
 
@@ -48,3 +51,16 @@ def test_a_shared_module_without_a_port_of_the_unit_is_an_error(prep):
     with pytest.raises(ValueError, match=r"shared unit module some_module has no port cfg__payload \(ports: "
                                          r"cfg__valid, clk, rst\)"):
         rtlil.convert(stub)
+
+
+def test_a_fifo_between_two_shared_units_takes_their_signals(prep):
+    """No second set of signals and no assignment per FIFO in the top level's netlist (the 8-expert MoE's
+    netlist took 117 MB less)."""
+    from step_hdl.mapper.top import FabricTop
+    shared, _ = unit_modules(prep.design)
+    m = FabricTop(prep.design, shared=shared).elaborate(None)
+    for e in prep.design.edges:
+        q = m.submodules["q_" + e.label.replace(".", "__")]
+        src, dst = m.submodules[f"u_{e.src}"], m.submodules[f"u_{e.dst}"]
+        assert q.i.payload is getattr(src, e.src_port).payload and q.i.ready is getattr(src, e.src_port).ready
+        assert q.o.valid is getattr(dst, e.dst_port).valid and q.o.payload is getattr(dst, e.dst_port).payload
