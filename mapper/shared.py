@@ -60,13 +60,7 @@ class SharedUnit(wiring.Component):
                 continue
             shape = value.shape()
             plain = Signal(Shape.cast(shape), init=member._init_as_const.value, name="__".join(map(str, path)))
-            owner = self
-            for step in path[:-1]:
-                owner = owner[step] if isinstance(step, int) else getattr(owner, step)
-            if isinstance(path[-1], int):
-                owner[path[-1]] = shape(plain)
-            else:
-                setattr(owner, path[-1], shape(plain))
+            _put(self, path, shape(plain))
 
     def __getattr__(self, name):
         # only for what the stub itself lacks (its ports are its own): the unit's registers, parameters
@@ -78,15 +72,8 @@ class SharedUnit(wiring.Component):
         """Make this stub's port ``name`` the signals of ``port`` (another stub's port of the same stream),
         so the two instances are wired to each other directly: no second set of signals and no assignment
         between them in the top level (a FIFO between two units: most of the top level's netlist)."""
-        mine = getattr(self, name)
         for path, _member, value in port.signature.flatten(port):
-            owner = mine
-            for step in path[:-1]:
-                owner = owner[step] if isinstance(step, int) else getattr(owner, step)
-            if isinstance(path[-1], int):
-                owner[path[-1]] = value
-            else:
-                setattr(owner, path[-1], value)
+            _put(self, (name, *path), value)
 
     def elaborate(self, platform):
         args = {}
@@ -101,3 +88,13 @@ class SharedUnit(wiring.Component):
         if "rst" in self._ports:
             args["i_rst"] = ResetSignal()
         return Instance(self._module, **args)
+
+
+def _put(obj, path: tuple, value) -> None:
+    """Set the member at ``path`` (names and array indices, as ``Signature.flatten`` gives them) of ``obj``."""
+    for step in path[:-1]:
+        obj = obj[step] if isinstance(step, int) else getattr(obj, step)
+    if isinstance(path[-1], int):
+        obj[path[-1]] = value
+    else:
+        setattr(obj, path[-1], value)

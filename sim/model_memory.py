@@ -69,7 +69,7 @@ def _still(n: int, end: int, now: int, rate: float) -> int:
     return max(0, min(n, math.ceil((end - now) / rate)))
 
 
-def _DYADIC(r: float) -> bool:
+def _dyadic(r: float) -> bool:
     """Whether a token rate is a multiple of 2**-20, so that the times :func:`_pace_rest` forms from it
     in other orders than the piece-by-piece loop are exactly the loop's (no float rounding)."""
     return (r * 1048576.0).is_integer()
@@ -80,7 +80,7 @@ def _pace_rest(d, leave: list, parts: list, credits: int, lone: int, r: float, d
     in blocks of ``credits`` (numpy): a piece waits for its response ``d[p]`` and for the piece
     ``credits`` before it to have left (``+ lone``), and leaves ``r`` after the piece before it.
     ``leave`` holds the first ``credits`` pieces' times. Exactly the loop's times for a dyadic ``r``
-    (:func:`_DYADIC`).
+    (:func:`_dyadic`).
 
     Within one read part the responses come one a cycle and the pieces leave at least ``r >= 1`` apart,
     so a response that stopped binding never binds again there, and the rest of the part repeats a
@@ -112,7 +112,9 @@ def _pace_rest(d, leave: list, parts: list, credits: int, lone: int, r: float, d
             lv[p:end] = blk[-1] + np.arange(1, end - p + 1) * r
             p = end
             continue
-        t = blk[0] - lv[p - 2 * c] if p >= 2 * c else 0.5
+        if p < 2 * c:
+            continue
+        t = blk[0] - lv[p - 2 * c]
         if t.is_integer() and np.array_equal(blk - lv[p - 2 * c:p - c], np.full(c, t)) and \
                 np.all(dv[p - c:p] <= np.maximum(cr, lv[p - c - 1:p - 1] + r)):                 # (b)
             i = np.arange(p, end)
@@ -432,7 +434,7 @@ class TimedMemory(Memory):
             last = max(c, last + r)
             leave.append(last)
         if head < len(dv):
-            if _DYADIC(r):
+            if _dyadic(r):
                 return _pace_rest(dv, leave, parts, credits, lone, r, done)
             d = dv.tolist()
             for p in range(head, len(d)):           # each takes the credit of the piece ``credits`` before it

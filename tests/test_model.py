@@ -269,11 +269,11 @@ def test_block_pacing_is_the_piece_by_piece_loop(data):
     the rest is the pattern repeated (a 4,096-piece weight tile made the full-size dynamic-tiling study's
     points take up to 27 minutes). The times must be exactly the loop's, whichever regime binds: the
     responses, the credits or the token rate."""
-    from step_hdl.sim.model_memory import _DYADIC, _pace_rest
+    from step_hdl.sim.model_memory import _dyadic, _pace_rest
     credits = data.draw(st.integers(1, 40), label="credits")
     lone = data.draw(st.integers(1, 90), label="lone")
     r = 1 + data.draw(st.integers(0, 64), label="r") / 64
-    assert _DYADIC(r)
+    assert _dyadic(r)
     parts, t = [], data.draw(st.integers(0, 50))
     for _ in range(data.draw(st.integers(1, 4), label="parts")):
         k = data.draw(st.integers(1, 12 * credits))
