@@ -21,13 +21,13 @@ points the Pearson correlation, the mean and the worst error. The points:
 RTL results are kept in ``--cache`` (default ``~/.cache/step-hdl/crossval.json``)
 as each point finishes, so an interrupted run resumes and a model change is
 checked again in seconds (``--rtl-json PATH`` compares measured results without
-running anything). The first full run builds 26 fabrics (about two hours here).
+running anything). The first full run builds 26 fabrics (61 minutes on two cores, 2026-12-04).
 
     python bench/crossval.py [--json PATH] [--plot PNG] [--only swiglu moe ...] [--rtl-json PATH] [--save-rtl PATH]
 
 ``bench/data/crossval-rtl.json`` holds the RTL results of every point, measured at the commit it names
-(``--save-rtl``): ``--rtl-json bench/data/crossval-rtl.json`` checks a model change against them in about a
-minute, and ``tests/test_compare.py`` does so in the default suite. Measure them again when a unit's timing
+(``--save-rtl``): ``--rtl-json bench/data/crossval-rtl.json`` checks a model change against them in seconds,
+and ``tests/test_compare.py`` does so in the default suite. Measure them again when a unit's timing
 changes.
 
 ``--json`` writes ``{"points": [{workload, params, tile, dram, rtl_cycles, model_cycles, error_pct, and every
@@ -132,10 +132,14 @@ def main(argv=None) -> int:
                     help="write the RTL results (with the commit and back-end they were measured at) here, for "
                          "--rtl-json; bench/data/crossval-rtl.json is the stored set the tests compare the model with")
     args = ap.parse_args(argv)
-    for flag, path in (("--json", args.json), ("--save-rtl", args.save_rtl), ("--plot", args.plot)):
-        if path and Path(path).is_dir():
-            print(f"crossval: error: {flag} {path} is a directory, expected a file path", file=sys.stderr)
-            return 2
+    from step_hdl.cli import _writable
+    from step_hdl.errors import OutputError
+    try:                                # the command line's own check of an output path, before any work
+        for flag, path in (("--json", args.json), ("--save-rtl", args.save_rtl), ("--plot", args.plot)):
+            _writable(path, flag)
+    except OutputError as exc:
+        print(f"crossval: error: {exc}", file=sys.stderr)
+        return 2
     chosen = [p for p in POINTS if args.only is None or workload_label(p.to_json()) in args.only
               or p.workload in args.only]
     if not chosen:
