@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,7 +24,7 @@ from step_hdl.units.params import ParamError, positive
 from .dram_timing import DramParams
 from .faults import DramFaults, coin
 
-__all__ = ["MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
+__all__ = ["ARRAY_MODULE", "ARRAY_VERILOG", "MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
 
 #: largest ``latency`` accepted (the in-flight count uses a delay line of ``latency`` entries)
 MAX_LATENCY = 4096
@@ -32,6 +32,32 @@ MAX_LATENCY = 4096
 MAX_INTERVAL = 4096
 #: widest memory the array is cut into (bits)
 _CHUNK = 1024
+
+#: the Verilog module of the word array a ``DramModel(array="verilog")`` instantiates (:data:`ARRAY_VERILOG`)
+ARRAY_MODULE = "step_dram_array"
+#: its text, which the Verilog of such a model must be given with. The array is the Amaranth memory's
+#: behaviour (one write port, written at the clock edge; combinational read ports; every word 0 at start)
+#: without its initial image: Amaranth writes a memory's image word by word even when it is all zeros, and
+#: for a 16,384-word array of 256-bit words that takes 540 MB and 10 s to convert.
+ARRAY_VERILOG = f"""
+module {ARRAY_MODULE} #(parameter WIDTH = 1, DEPTH = 1, AW = 1, READS = 1) (
+  input clk,
+  input we,
+  input [AW-1:0] waddr,
+  input [WIDTH-1:0] wdata,
+  input [READS*AW-1:0] raddr,
+  output [READS*WIDTH-1:0] rdata
+);
+  reg [WIDTH-1:0] mem [0:DEPTH-1];
+  integer i;
+  initial for (i = 0; i < DEPTH; i = i + 1) mem[i] = {{WIDTH{{1'b0}}}};
+  always @(posedge clk) if (we) mem[waddr] <= wdata;
+  genvar r;
+  generate for (r = 0; r < READS; r = r + 1) begin : rd
+    assign rdata[r*WIDTH +: WIDTH] = mem[raddr[r*AW +: AW]];
+  end endgenerate
+endmodule
+"""
 
 
 def _div(value, k: int):
@@ -85,6 +111,13 @@ class DramModel(wiring.Component):
         the *Timing* rules below then hold only with the extra random holds;
         the *Semantics* always hold. None (default) or no fault: the exact
         timing below, and the same logic as without the argument.
+    array : str
+        How the word array is built: ``"memory"`` (default), an Amaranth
+        memory, for every simulator; ``"verilog"``, an instance of
+        :data:`ARRAY_MODULE`, for Verilog only, which must then be given
+        :data:`ARRAY_VERILOG` (the same behaviour, without the initial image
+        that makes a deep array slow and large to convert; ``init`` must be
+        empty: the words are loaded through the backdoor).
 
     Attributes
     ----------
@@ -183,9 +216,14 @@ class DramModel(wiring.Component):
     """
 
     def __init__(self, shape: MemPortShape, ports: int, params: DramParams, depth: int, init=(),
-                 resp_depth: int = 64, port_bytes=None, faults: DramFaults | None = None):
+                 resp_depth: int = 64, port_bytes=None, faults: DramFaults | None = None, array: str = "memory"):
         owner = "DramModel"
         try:
+            if array not in ("memory", "verilog"):
+                raise ParamError(f"{owner}: array must be 'memory' or 'verilog', got {array!r}")
+            if array == "verilog" and len(init):
+                raise ParamError(f"{owner}: an array of array='verilog' starts at zero: init must be empty "
+                                 f"(load the words through the backdoor), got {len(init)} words")
             if faults is not None and not isinstance(faults, DramFaults):
                 raise ParamError(f"{owner}: faults must be a DramFaults or None, got {faults!r}")
             if not isinstance(shape, MemPortShape):
@@ -230,6 +268,7 @@ class DramModel(wiring.Component):
         self.depth, self.init, self.resp_depth = depth, init, resp_depth
         self.port_bytes = tuple(port_bytes)
         self.faults = faults if faults is not None and faults.any else None
+        self.array = array
         members = {f"port{p}": In(MemPortSignature(shape)) for p in range(ports)}
         members.update({"load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
                         "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)})
@@ -267,9 +306,25 @@ class DramModel(wiring.Component):
         # Python compiler's recursion limit in the simulator)
         chunks = [(lo, min(_CHUNK, s.data_bits - lo)) for lo in range(0, s.data_bits, _CHUNK)]
 
+        arrays = []     # with array="verilog": (name, depth, write port, [(address, data)]), instanced at the end
+
         def wide_memory(name, depth, init=()):
             """``(write(en, addr, data), read(addr, name))`` of a memory of ``depth`` words: one write port,
             combinational read ports."""
+            if self.array == "verilog":
+                entry = (name, depth, [], [])
+                arrays.append(entry)
+
+                def write(en, addr, data):
+                    entry[2].extend([en, addr, data])
+
+                def read(addr, signal_name):
+                    a = Signal(range(depth), name=f"{signal_name}_addr")
+                    out = Signal(s.data_bits, name=signal_name)
+                    m.d.comb += a.eq(addr)
+                    entry[3].append((a, out))
+                    return out
+                return write, read
             image = list(init) + [0] * (depth - len(init))
             mems = []
             for j, (lo, width) in enumerate(chunks):
@@ -293,8 +348,8 @@ class DramModel(wiring.Component):
 
         # ---- the word array: one write port (the backdoor, or the one write accepted per cycle), a
         # combinational read port per memory port and one for peeking
-        array_write, read_port = wide_memory("array", self.depth, self.init)
         wr_en, wr_addr, wr_data = Signal(), Signal(range(self.depth)), Signal(s.data_bits)
+        array_write, read_port = wide_memory("array", self.depth, self.init)
         array_write(wr_en, wr_addr, wr_data)
         with m.If(self.load_en):
             m.d.comb += [wr_en.eq(self.load_addr < self.depth), wr_addr.eq(self.load_addr),
@@ -537,4 +592,9 @@ class DramModel(wiring.Component):
                          take.eq(port.resp.valid & port.resp.ready), mq[p].r_en.eq(take)]
             with m.If(take & ~meta.write):
                 m.d.sync += r_slot.eq(Mux(r_slot == R - 1, 0, r_slot + 1))
+        for name, depth, (en, addr, wdata), reads in arrays:
+            m.submodules[name] = Instance(
+                ARRAY_MODULE, p_WIDTH=s.data_bits, p_DEPTH=depth, p_AW=len(reads[0][0]), p_READS=len(reads),
+                i_clk=ClockSignal(), i_we=en, i_waddr=addr, i_wdata=wdata,
+                i_raddr=Cat(*(a for a, _ in reads)), o_rdata=Cat(*(d for _, d in reads)))
         return m

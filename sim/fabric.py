@@ -33,7 +33,7 @@ from step_hdl.mapper.design import COUNTER_BITS, TOP_CFG_LAYOUT, Design
 from step_hdl.mapper.top import FabricTop
 from step_hdl.mapper.prepare import Prepared, tensor_of_words
 
-from .dram import DramModel
+from .dram import ARRAY_VERILOG, DramModel
 from .dram_timing import DRAM_PRESETS, DramParams
 from .faults import DramFaults
 from .ticker import Ticker
@@ -61,7 +61,7 @@ class FabricHarness(wiring.Component):
     """
 
     def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None,
-                 samples: int = 0, shared: dict | None = None):
+                 samples: int = 0, shared: dict | None = None, array: str = "memory"):
         from amaranth.lib import stream
         self.design, self.dram_params, self.depth = design, dram, depth
         self.top = FabricTop(design, samples=samples, shared=shared)
@@ -76,7 +76,7 @@ class FabricHarness(wiring.Component):
         # a response slot for every request a unit may have in flight, so the memory never holds a port back
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
-                              port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults)
+                              port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults, array=array)
         members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
                    "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
                    "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
@@ -390,8 +390,10 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
         return path.read_text(), name, 0.0
     t0 = time.time()
     modules, unit_text = unit_modules(design) if shared else ({}, "")
-    text = to_verilog(FabricHarness(design, dram, depth, faults=faults, samples=samples, shared=modules), name) \
-        + unit_text
+    # the DRAM's word array as a plain Verilog memory (sim.dram.ARRAY_VERILOG): converting a deep array's
+    # all-zero image would take most of the memory and time of the whole conversion
+    harness = FabricHarness(design, dram, depth, faults=faults, samples=samples, shared=modules, array="verilog")
+    text = to_verilog(harness, name) + unit_text + ARRAY_VERILOG
     _write_whole(path, text)
     return text, name, time.time() - t0
 

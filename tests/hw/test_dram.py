@@ -593,6 +593,27 @@ def test_narrow_port_reads_and_writes_sub_words():
     assert got == [0x2211, 0x4433, 0x6655, 0x8877, 0x88776655CAFE2211, 0xBEEF << 32]
 
 
+def test_verilog_array_has_no_image():
+    """``array="verilog"``: the word array and the response rings are instances of the plain Verilog memory,
+    so the Verilog does not grow with the depth (an Amaranth memory writes its image word by word)."""
+    from amaranth.back import verilog
+    shape = MemPortShape(data_bits=256)
+
+    def lines(depth, array):
+        dut = DramModel(shape, 3, DRAM_PRESETS["paper"], depth, array=array)
+        return verilog.convert(dut, name="dram", emit_src=False).count("\n")
+    assert lines(64, "verilog") == lines(4096, "verilog")
+    assert lines(4096, "memory") > lines(64, "memory") + 4000
+
+
+def test_bad_array():
+    with pytest.raises(ParamError, match=r"^DramModel: array must be 'memory' or 'verilog', got 'sram'$"):
+        DramModel(MemPortShape(data_bits=64), 1, BASE, 4, array="sram")
+    with pytest.raises(ParamError, match=r"^DramModel: an array of array='verilog' starts at zero: init must be "
+                                         r"empty \(load the words through the backdoor\), got 2 words$"):
+        DramModel(MemPortShape(data_bits=64), 1, BASE, 4, init=[1, 2], array="verilog")
+
+
 def test_bad_port_bytes():
     with pytest.raises(ParamError, match=r"port_bytes\[0\] must be a positive divisor of the 8-byte word"):
         DramModel(MemPortShape(data_bits=64), 1, BASE, 4, port_bytes=[3])
