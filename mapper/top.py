@@ -48,7 +48,7 @@ client ``k``'s ``pool`` port connected to the pool's ``c{k}``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,7 +56,8 @@ from step_hdl.units.memport import MemPortSignature
 from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
-from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .design import COUNTER_BITS, POOL_COUNTERS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .instruments import Instruments
 from .shared import SharedUnit
 
 
@@ -70,7 +71,7 @@ class FabricTop(wiring.Component):
     def __init__(self, design: Design, counters: bool = True, samples: int = 0, shared: dict | None = None):
         self.design = design
         # for Verilog, instances of modules converted apart (mapper.shared): {"units": {unit name: (module,
-        # ports)}, "queues": {edge label: (module, ports)}}
+        # ports)}, "queues": {edge label: (module, ports)}, "instruments": (module, ports)}
         self.shared = shared or {}
         self.counters = counters     # testbench instrumentation; False for synthesis (no ctr_* ports)
         if samples and not counters:
@@ -79,6 +80,7 @@ class FabricTop(wiring.Component):
         self.unit_objs = built_units(design)
         self.counter_names = design.counter_names() if counters else []
         self.sample_names = design.sample_names() if samples else []
+        self._instruments = None
         members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1), "hung": Out(1)}
         if counters:
             members.update({"ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS)})
@@ -89,6 +91,15 @@ class FabricTop(wiring.Component):
         for k, name in enumerate(design.mem_units):
             members[f"mem{k}"] = Out(MemPortSignature(self.unit_objs[name].params.port))
         super().__init__(members)
+
+    @property
+    def instruments(self) -> Instruments | None:
+        """The counters, their read-back and the sampler (None without counters): made when first asked for,
+        so a top level that is never elaborated leaves no unused component behind."""
+        if self._instruments is None and self.counters:
+            self._instruments = Instruments(self.counter_names, instrument_sources(self.design), self.sample_names,
+                                            self.samples)
+        return self._instruments
 
     def elaborate(self, platform):
         m = Module()
@@ -177,7 +188,6 @@ class FabricTop(wiring.Component):
             m.d.sync += done.eq(1)
         live = running & ~done
 
-        values = {}
         # whether anything moved, two cycles late: the handshakes of every unit, gathered across the whole
         # chip, are OR-ed in registered groups and the groups' flags OR-ed into one register, so the
         # watchdog is no long path (it was the SwiGLU fabric's critical path, 20.5 ns, 85 % routing)
@@ -191,59 +201,76 @@ class FabricTop(wiring.Component):
         with m.If(any_transfer | ~live):
             m.d.sync += idle.eq(0)
         m.d.comb += self.hung.eq(idle >= d.watchdog)
-        values["idle"] = idle
         if not self.counters:
             return m
 
-        def counter(name, inc):
-            c = Signal(COUNTER_BITS, name="ctr_" + name.replace(".", "__"))
-            with m.If(live):
-                m.d.sync += c.eq(c + inc)
-            values[name] = c
-
-        counter("cycles", 1)
-        counter("bytes_read", _sum_bytes(rd_bytes))
-        counter("bytes_written", _sum_bytes(wr_bytes))
+        # what the counters count, add and show (Instruments: the registers, the read-back, the sampler)
+        events = {"cycles": Const(1)}
+        adds = {"bytes_read": _sum_bytes(rd_bytes), "bytes_written": _sum_bytes(wr_bytes)}
+        values = {"idle": idle}
         for spec in d.units:
             ps = ports_of[spec.name]
             active = Cat(*[s.valid & s.ready for s, _ in ps]).any() if ps else Const(0)
             blocked = Cat(*[s.valid & ~s.ready for s, out in ps if out])
-            counter(f"{spec.name}.active", active)
-            counter(f"{spec.name}.stalled", ~active & (blocked.any() if len(blocked) else Const(0)))
-            # when the unit last moved a token: a timeline point per unit without per-cycle sampling
-            finish = Signal(COUNTER_BITS, name="ctr_" + spec.name + "__finish")
-            with m.If(live & active):
-                m.d.sync += finish.eq(values["cycles"] + 1)
-            values[f"{spec.name}.finish"] = finish
+            events[f"{spec.name}.active"] = active
+            events[f"{spec.name}.stalled"] = ~active & (blocked.any() if len(blocked) else Const(0))
             for status in STATUS.get(spec.cls, ()):
                 values[f"{spec.name}.{status}"] = getattr(units[spec.name], status)
-        for name, fire in counters.items():
-            counter(name, fire)
+        events.update(counters)
         for name, pool in pools.items():
             values[f"{name}.peak"], values[f"{name}.starved"] = pool.peak, pool.starved
-            counter(f"{name}.waits", pool.lost)
-        table = Array([values[n] for n in self.counter_names])
-        with m.If(self.ctr_addr < len(self.counter_names)):
-            m.d.comb += self.ctr_data.eq(table[self.ctr_addr])
+            events[f"{name}.waits"] = pool.lost
+        bank = self.instruments
+        if "instruments" in self.shared:
+            bank = SharedUnit(bank, *self.shared["instruments"])
+        m.submodules.instruments = bank
+        src = bank.sources
+
+        def packed(table, kinds, width):
+            order = sorted((src[n][1], n) for n in src if src[n][0] in kinds)
+            return Cat(*(_widen(table[n], width) for _, n in order))
+        m.d.comb += [bank.live.eq(live), bank.events.eq(packed(events, ("count",), 1)),
+                     bank.adds.eq(packed(adds, ("add",), COUNTER_BITS)),
+                     bank.values.eq(packed(values, ("value",), COUNTER_BITS)),
+                     bank.ctr_addr.eq(self.ctr_addr), self.ctr_data.eq(bank.ctr_data)]
         if self.samples:
-            self._sampler(m, values, live)
+            m.d.comb += [bank.smp_every.eq(self.smp_every), bank.smp_addr.eq(self.smp_addr),
+                         self.smp_data.eq(bank.smp_data), self.smp_count.eq(bank.smp_count)]
         return m
 
-    def _sampler(self, m, values, live):
-        """The counters of :attr:`sample_names` into a memory, one row every ``smp_every`` cycles."""
-        from amaranth.lib import memory
-        row = Cat(*[values[n] for n in self.sample_names])
-        m.submodules.samples = mem = memory.Memory(shape=len(row), depth=self.samples, init=[])
-        wp, rp = mem.write_port(), mem.read_port(domain="comb")
-        count = Signal(range(self.samples + 1), name="smp_rows")
-        next_at = Signal(COUNTER_BITS, name="smp_next")
-        with m.If(~live):
-            m.d.sync += next_at.eq(self.smp_every)
-        take = live & (self.smp_every != 0) & (values["cycles"] == next_at) & (count < self.samples)
-        m.d.comb += [wp.addr.eq(count), wp.data.eq(row), wp.en.eq(take),
-                     rp.addr.eq(self.smp_addr), self.smp_data.eq(rp.data), self.smp_count.eq(count)]
-        with m.If(take):
-            m.d.sync += [count.eq(count + 1), next_at.eq(next_at + self.smp_every)]
+
+def instrument_sources(design: Design) -> dict:
+    """What each counter of :meth:`Design.counter_names` is, as :class:`Instruments` takes it: event bits
+    (``count``) in name order, a unit's ``finish`` stamped by its ``active`` bit, the bytes as ``add``, the
+    idle count, status flags and pool levels as ``value``."""
+    kinds = {"cycles": "count", "bytes_read": "add", "bytes_written": "add", "idle": "value"}
+    for u in design.units:
+        kinds.update({f"{u.name}.active": "count", f"{u.name}.stalled": "count", f"{u.name}.finish": "stamp"})
+        kinds.update({f"{u.name}.{s}": "value" for s in STATUS.get(u.cls, ())})
+    for e in design.edges:
+        kinds.update({f"{e.label}.produced": "count", f"{e.label}.consumed": "count"})
+    pool_kinds = {"peak": "value", "starved": "value", "waits": "count"}
+    for p in design.pools:
+        kinds.update({f"{p.name}.{c}": pool_kinds[c] for c in POOL_COUNTERS})
+    names = design.counter_names()
+    if list(kinds) != names:
+        raise AssertionError("instrument_sources does not follow Design.counter_names")
+    index, sources = {"count": 0, "add": 0, "value": 0}, {}
+    for name in names:
+        kind = kinds[name]
+        if kind == "stamp":
+            continue
+        sources[name] = (kind, index[kind])
+        index[kind] += 1
+    for u in design.units:
+        sources[f"{u.name}.finish"] = ("stamp", sources[f"{u.name}.active"][1])
+    return sources
+
+
+def _widen(value, width: int):
+    """``value`` zero-extended (or cut) to ``width`` bits."""
+    v = Value.cast(value).as_unsigned()
+    return v[:width] if len(v) >= width else Cat(v, Const(0, width - len(v)))
 
 
 def _sum_bytes(terms):

@@ -393,9 +393,20 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     # the DRAM's word array as a plain Verilog memory (sim.dram.ARRAY_VERILOG): converting a deep array's
     # all-zero image would take most of the memory and time of the whole conversion
     harness = FabricHarness(design, dram, depth, faults=faults, samples=samples, shared=modules, array="verilog")
-    text = to_verilog(harness, name) + unit_text + ARRAY_VERILOG
+    # the counters, their read-back and the sampler converted apart (mapper.instruments): half the top's netlist
+    from step_hdl.mapper.shared import module_ports
+    bank = harness.top.instruments
+    bank_name = f"instruments_{bank.key()}"
+    bank_text = _submodule(to_verilog(bank, bank_name))
+    harness.top.shared["instruments"] = (bank_name, module_ports(bank_text, bank_name))
+    text = to_verilog(harness, name) + unit_text + bank_text + ARRAY_VERILOG
     _write_whole(path, text)
     return text, name, time.time() - t0
+
+
+def _submodule(text: str) -> str:
+    """Converted Verilog of a module the top level instantiates: not marked as a top itself."""
+    return re.sub(r"^\(\*\s*top\s*=\s*1\s*\*\)\s*\n", "", text, flags=re.M)
 
 
 def unit_modules(design: Design) -> tuple[dict, str]:
@@ -419,8 +430,8 @@ def unit_modules(design: Design) -> tuple[dict, str]:
         path = build_root() / "verilog" / "units" / f"{mod}-{source}.v"
         if path.exists():
             text = path.read_text()
-        else:       # a module the top level instantiates: not marked as a top itself
-            text = re.sub(r"^\(\*\s*top\s*=\s*1\s*\*\)\s*\n", "", to_verilog(make(), mod), flags=re.M)
+        else:
+            text = _submodule(to_verilog(make(), mod))
             _write_whole(path, text)
         texts.append(text)
         return module_ports(text, mod)
