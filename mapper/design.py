@@ -35,6 +35,7 @@ STATUS = {"OnChipBuffer": ("overflow",)}
 #: what the read-back reports of a tile pool: ``peak`` (most pages in use), ``starved`` (a request found no
 #: free page), ``waits`` (cycles a request was not granted)
 POOL_COUNTERS = ("peak", "starved", "waits")
+POOL_COUNTER_KINDS = {"peak": "value", "starved": "value", "waits": "count"}
 
 
 @dataclass(frozen=True)
@@ -128,16 +129,22 @@ class Design:
         return ["cycles", "bytes_read", "bytes_written"] + [f"{u.name}.{c}" for u in self.units
                                                             for c in ("active", "stalled")]
 
-    def counter_names(self) -> list[str]:
-        names = ["cycles", "bytes_read", "bytes_written", "idle"]
+    def counters(self) -> list[tuple[str, str]]:
+        """Every counter of the read-back in order, with what it is (``mapper.instruments``): ``count`` (an
+        event each cycle), ``add`` (bytes), ``stamp`` (the cycle after a unit last moved) or ``value`` (shown
+        as it is: the watchdog's idle count, status flags, pool levels)."""
+        out = [("cycles", "count"), ("bytes_read", "add"), ("bytes_written", "add"), ("idle", "value")]
         for u in self.units:
-            names += [f"{u.name}.active", f"{u.name}.stalled", f"{u.name}.finish"]
-            names += [f"{u.name}.{s}" for s in STATUS.get(u.cls, ())]
+            out += [(f"{u.name}.active", "count"), (f"{u.name}.stalled", "count"), (f"{u.name}.finish", "stamp")]
+            out += [(f"{u.name}.{s}", "value") for s in STATUS.get(u.cls, ())]
         for e in self.edges:
-            names += [f"{e.label}.produced", f"{e.label}.consumed"]
+            out += [(f"{e.label}.produced", "count"), (f"{e.label}.consumed", "count")]
         for p in self.pools:
-            names += [f"{p.name}.{c}" for c in POOL_COUNTERS]
-        return names
+            out += [(f"{p.name}.{c}", POOL_COUNTER_KINDS[c]) for c in POOL_COUNTERS]
+        return out
+
+    def counter_names(self) -> list[str]:
+        return [name for name, _ in self.counters()]
 
 
 @dataclass

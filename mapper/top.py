@@ -56,7 +56,7 @@ from step_hdl.units.memport import MemPortSignature
 from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
-from .design import COUNTER_BITS, POOL_COUNTERS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
 from .instruments import Instruments
 from .shared import SharedUnit
 
@@ -240,28 +240,13 @@ class FabricTop(wiring.Component):
 
 
 def instrument_sources(design: Design) -> dict:
-    """What each counter of :meth:`Design.counter_names` is, as :class:`Instruments` takes it: event bits
-    (``count``) in name order, a unit's ``finish`` stamped by its ``active`` bit, the bytes as ``add``, the
-    idle count, status flags and pool levels as ``value``."""
-    kinds = {"cycles": "count", "bytes_read": "add", "bytes_written": "add", "idle": "value"}
-    for u in design.units:
-        kinds.update({f"{u.name}.active": "count", f"{u.name}.stalled": "count", f"{u.name}.finish": "stamp"})
-        kinds.update({f"{u.name}.{s}": "value" for s in STATUS.get(u.cls, ())})
-    for e in design.edges:
-        kinds.update({f"{e.label}.produced": "count", f"{e.label}.consumed": "count"})
-    pool_kinds = {"peak": "value", "starved": "value", "waits": "count"}
-    for p in design.pools:
-        kinds.update({f"{p.name}.{c}": pool_kinds[c] for c in POOL_COUNTERS})
-    names = design.counter_names()
-    if list(kinds) != names:
-        raise AssertionError("instrument_sources does not follow Design.counter_names")
+    """What each counter of :meth:`Design.counters` is, as :class:`Instruments` takes it: ``(kind, index)``,
+    the indices counting each kind in name order; a unit's ``finish`` is stamped by its ``active`` bit."""
     index, sources = {"count": 0, "add": 0, "value": 0}, {}
-    for name in names:
-        kind = kinds[name]
-        if kind == "stamp":
-            continue
-        sources[name] = (kind, index[kind])
-        index[kind] += 1
+    for name, kind in design.counters():
+        if kind != "stamp":
+            sources[name] = (kind, index[kind])
+            index[kind] += 1
     for u in design.units:
         sources[f"{u.name}.finish"] = ("stamp", sources[f"{u.name}.active"][1])
     return sources
