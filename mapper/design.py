@@ -32,10 +32,9 @@ OFFCHIP = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "Rand
 STORES = ("LinearOffChipStore",)
 #: status outputs of a unit class that the counter read-back reports as ``<unit>.<output>`` (sticky flags)
 STATUS = {"OnChipBuffer": ("overflow",)}
-#: what the read-back reports of a tile pool: ``peak`` (most pages in use), ``starved`` (a request found no
-#: free page), ``waits`` (cycles a request was not granted)
-POOL_COUNTERS = ("peak", "starved", "waits")
-POOL_COUNTER_KINDS = {"peak": "value", "starved": "value", "waits": "count"}
+#: what the read-back reports of a tile pool, in order, and what each is (:meth:`Design.counters`): ``peak``
+#: (most pages in use), ``starved`` (a request found no free page), ``waits`` (cycles a request was not granted)
+POOL_COUNTERS = {"peak": "value", "starved": "value", "waits": "count"}
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ class Design:
         for e in self.edges:
             out += [(f"{e.label}.produced", "count"), (f"{e.label}.consumed", "count")]
         for p in self.pools:
-            out += [(f"{p.name}.{c}", POOL_COUNTER_KINDS[c]) for c in POOL_COUNTERS]
+            out += [(f"{p.name}.{c}", kind) for c, kind in POOL_COUNTERS.items()]
         return out
 
     def counter_names(self) -> list[str]:
