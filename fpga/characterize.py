@@ -63,19 +63,24 @@ class CharacterizeError(ValueError):
     """A command-line request the characterization cannot carry out (the message says why)."""
 
 # Units under GOAL_MHZ at 4x4 int8: what the critical path is and what would fix it (read from the report).
-_DSP = ("the `MULT18X18D` used as a combinational multiplier: Yosys's ECP5 flow maps `$mul` to the DSP with "
-        "its input, pipeline and output registers bypassed (it packs no flip-flops into ECP5 DSPs), so "
-        "nextpnr times 4.45 ns through the block plus the routing to and from it. Using the DSP's own "
-        "registers needs the block instantiated (or a Yosys pass that packs them); the function's logic "
-        "around it is no longer the limit.")
 NOTES = {
     "Map[matmul]": "the path runs from the operand (or `transpose` configuration) register through the "
                    "`MULT18X18D` multipliers and the K-input adder tree to the output register in one "
                    "cycle. A fabric with `pipeline` registers the operands and the products "
                    "(Map[matmul] pipelined).",
-    "Map[matmul] pipelined": "from an operand register through one DSP to the product register: " + _DSP,
-    "MatMul pipelined": "as Map[matmul] pipelined (its tile sums are registered before the running sum, "
-                        "which took the adder tree and the sum's adder in one cycle at 84 MHz): " + _DSP,
+    "Map[matmul] pipelined": "the operands and the products are the `MULT18X18D` blocks' own input and output "
+                             "registers (`fpga/ecp5_dsp.py`; 95.7 MHz through the blocks used as combinational "
+                             "multipliers between fabric registers, which is what Yosys maps a `$mul` to): the "
+                             "path runs from a block's output register through the K-input adder tree to the "
+                             "output register, 7.1 of its 9.9 ns routing from the DSP row to the adders. "
+                             "Registering the tree's inputs again would add a cycle of latency for that route.",
+    "MatMul pipelined": "the products in the blocks' registers as Map[matmul] pipelined (93.3 MHz before) and "
+                        "the running sum's first-product flag a register (`fresh`, 92.0 MHz before): the path "
+                        "left is the pipeline's advance, from the last stage's token through the output "
+                        "handshake to the clock enables of the 64 blocks (4.1 ns of routing to reach them). "
+                        "Every stage of the pipeline loads on that one enable, so it fans out to every block; "
+                        "cutting it needs a pipeline that does not stall (the output buffered for the tokens "
+                        "in flight), a change of the unit's handshake.",
     "OnChipBuffer": "the path starts at a `DP16KD` read port (5.8 ns clock-to-output: the block RAM's output "
                     "register is not used), decodes the stored stop level through the stop merger and ends at "
                     "the RAM's own read enable. A fabric with `pipeline` registers the RAM's data before the "

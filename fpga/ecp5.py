@@ -44,6 +44,7 @@ from pathlib import Path
 
 from step_hdl.errors import StepError
 
+from .ecp5_dsp import Ecp5Dsp
 from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
 
@@ -305,15 +306,16 @@ def _key(*parts) -> str:
 LUT_MAPPERS = ("abc9", "abc")
 
 
-def start_synthesis(component, name: str, workdir, progress) -> tuple:
+def start_synthesis(component, name: str, workdir, progress, platform=None) -> tuple:
     """What every flow's :func:`synthesize` starts with: ``(say, work, rtlil_text, wall)``: the progress
-    callable, the work directory (made; a new temporary one without ``workdir``), the component's RTLIL and
-    the wall-time record with its ``rtlil_s``."""
+    callable, the work directory (made; a new temporary one without ``workdir``), the component's RTLIL
+    (elaborated for ``platform``, :func:`~step_hdl.fpga.yosys.to_rtlil`) and the wall-time record with its
+    ``rtlil_s``."""
     say = progress or (lambda msg: None)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    text = to_rtlil(component, name)
+    text = to_rtlil(component, name, platform)
     return say, work, text, {"rtlil_s": round(time.perf_counter() - t0, 2)}
 
 
@@ -413,11 +415,15 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         from .gowin import synthesize_gowin
         return synthesize_gowin(component, name, workdir, freq_mhz, place, seed, progress, yosys_timeout_s)
     tgt = TARGETS[target]
-    say, work, text, wall = start_synthesis(component, name, workdir, progress)
-    (work / f"{name}.il").write_text(text)
-
     budget = tgt.dsps if dsp_budget == -1 else dsp_budget
-    soft = soft_multipliers(multipliers(text), budget)
+    # the pipelined units' registered products in DSP blocks with their registers (fpga.ecp5_dsp), while
+    # the budget lasts; the multipliers left are Yosys's to map, to the blocks left or to LUTs
+    dsp = Ecp5Dsp(budget)
+    say, work, text, wall = start_synthesis(component, name, workdir, progress, dsp)
+    (work / f"{name}.il").write_text(text)
+    if dsp.used:
+        say(f"{name}: {dsp.used} registered products in DSP blocks with their registers")
+    soft = soft_multipliers(multipliers(text), None if budget is None else budget - dsp.used)
     if soft:
         (work / "soft_mul.sel").write_text("".join(f"{_sel(m)}/{_sel(c)}\n" for m, c, _, _ in soft))
         say(f"{name}: {len(soft)} multipliers in LUTs (more than the {budget} DSP blocks)")

@@ -72,11 +72,13 @@ def _mem_bits(design_json: dict) -> int:
     return bits
 
 
-def to_rtlil(component, name: str) -> str:
-    """RTLIL text of an Amaranth component (top module ``name``); a combinational loop is a :class:`YosysError`."""
+def to_rtlil(component, name: str, platform=None) -> str:
+    """RTLIL text of an Amaranth component (top module ``name``), elaborated for ``platform`` (its target
+    primitives, as ``fpga.ecp5_dsp``; None: the units' own logic); a combinational loop is a
+    :class:`YosysError`."""
     try:
         from amaranth.back import rtlil      # (lazy: the command line lists the targets without Amaranth)
-        return rtlil.convert(component, name=name, emit_src=False)
+        return rtlil.convert(component, name=name, platform=platform, emit_src=False)
     except Exception as exc:
         if type(exc).__name__ == "CombinationalCycle":  # Amaranth finds loops before Yosys does
             raise YosysError(f"{name}: combinational loop: {exc}") from None

@@ -49,9 +49,10 @@ def verilog_name(name: str) -> str:
     return out if out and not out[0].isdigit() else f"m_{out}"
 
 
-def to_verilog(component, name: str) -> str:
-    """Verilog of an Amaranth component with a stable module name (made a plain identifier)."""
-    return verilog.convert(component, name=verilog_name(name), emit_src=False)
+def to_verilog(component, name: str, platform=None) -> str:
+    """Verilog of an Amaranth component with a stable module name (made a plain identifier), elaborated
+    for ``platform`` (None: the units' own logic; ``fpga.ecp5_dsp.Ecp5Dsp``: its primitives' instances)."""
+    return verilog.convert(component, name=verilog_name(name), platform=platform, emit_src=False)
 
 
 def setup_verilator() -> Path:
@@ -283,19 +284,24 @@ class PortsOnly(wiring.Component):
 
 
 def run_scenario(component, scenario, backend: str = "amaranth", name: str | None = None,
-                 timing: dict | None = None) -> tuple[dict, int]:
+                 timing: dict | None = None, platform=None, models: str = "") -> tuple[dict, int]:
     """Run a :class:`~step_hdl.sim.streams.Scenario` on any back-end; return (outputs, cycles).
 
     ``timing`` (optional) receives ``first_in`` and ``out_cycles`` (see :func:`run_amaranth`).
+    ``platform``: elaborate the component for it (its target primitives; Verilog back-ends only), with
+    ``models`` the Verilog of those primitives' behaviour (``fpga.ecp5_dsp.MODEL_VERILOG``).
     """
     from .streams import SimTimeout, run_amaranth
-    if backend == "amaranth":
+    if backend == "amaranth" and platform is None:
         return run_amaranth(component, scenario, timing=timing)
-    if backend not in BACKENDS:
+    if backend not in BACKENDS or backend == "amaranth":
         component._MustUse__silence = True   # not elaborated: no "created but never used" warning
+        if backend == "amaranth":
+            raise RtlError("a component elaborated for a platform runs on a Verilog back-end (verilator or "
+                           "icarus), not on amaranth: its primitives are Verilog models")
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     name = verilog_name(name or type(component).__name__.lower())
-    res = run_cocotb(to_verilog(PortsOnly(component), name), name, scenario.to_json(), backend)
+    res = run_cocotb(to_verilog(PortsOnly(component), name, platform) + models, name, scenario.to_json(), backend)
     if res.get("timeout"):
         raise SimTimeout(f"no progress after {scenario.max_cycles} cycles on {backend}: sent {res['sent']}, "
                          f"received { {p: len(v) for p, v in res['outputs'].items()} }")

@@ -359,7 +359,7 @@ class Map(StepUnit):
                         # rows as the neutral value, not as whatever the buffer left there
                         down = name in ("col_sum", "col_max") or (name == "matmul" and p.matmul_transpose_a)
                         ma, mb = (_valid_rows(a, i0, name), _valid_rows(b, i1, name)) if down else (a, b)
-                        fn_pipe = Pipe(m, pipe.en, pipe.depth, f"{name}_") if pipe.depth else NO_PIPE
+                        fn_pipe = pipe.sub(f"{name}_")
                         kw = {"pipe": fn_pipe} if hf.stages(p.in0_tile) else {}
                         elems = fn_pipe.finish(hf.build(m, ma, mb if hf.arity == 2 else None, out_tile, regs,
                                                         **kw), f"{name}_pad")
@@ -374,7 +374,7 @@ class Map(StepUnit):
 
     def elaborate(self, platform):
         if self.params.stages:
-            return self._elaborate_pipelined()
+            return self._elaborate_pipelined(platform)
         m = Module()
         p = self.params
         self.regs.elaborate(m, self.cfg)
@@ -407,13 +407,14 @@ class Map(StepUnit):
                          o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
         return m
 
-    def _front(self, m, advance):
+    def _front(self, m, advance, platform=None):
         """The pipeline in front of the output register, moving when ``advance`` is high: ``(res, valid,
-        stop, done, is_data)`` of the token in its last stage (``res`` its result tile)."""
+        stop, done, is_data)`` of the token in its last stage (``res`` its result tile). ``platform``: what
+        the unit is elaborated for (its hard multipliers, :meth:`Pipe.products`)."""
         p = self.params
         i0 = self.i0
         i1 = self.i1 if p.binary else None
-        pipe = Pipe(m, advance, p.stages)
+        pipe = Pipe(m, advance, p.stages, platform=platform)
         res, use1, _ = self._result(m, pipe)
         other = (i1.valid | ~use1) if i1 is not None else Const(1)
         take = advance & i0.valid & other
@@ -424,7 +425,7 @@ class Map(StepUnit):
         valid, stop, done, data = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok")
         return res, valid, stop, done, data
 
-    def _elaborate_pipelined(self):
+    def _elaborate_pipelined(self, platform=None):
         """``params.stages`` stages between the inputs and the output register, all moving together when
         the output register is free (II 1; ``i*.ready`` combinational in ``o.ready``, as unpipelined)."""
         m = Module()
@@ -432,7 +433,7 @@ class Map(StepUnit):
         o = self.o
         advance = Signal(name="advance")
         m.d.comb += advance.eq(~o.valid | o.ready)
-        res, valid, stop, done, is_data = self._front(m, advance)
+        res, valid, stop, done, is_data = self._front(m, advance, platform)
         with m.If(advance):
             m.d.sync += [o.valid.eq(valid), o.payload.stop.eq(stop), o.payload.done.eq(done),
                          o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]

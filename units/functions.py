@@ -351,17 +351,18 @@ class MatMul(HwFn):
                     for r in range(g)]
         if not out.dtype.is_int:
             return self._float(m, rows, b_el, n_dim, k_dim, fmt(a), fmt(b), fmt(out))
-        ops = pipe.cut([x for row in rows for x in row] + [b_el(k, j) for k in range(k_dim) for j in range(n_dim)],
-                       "mm_op")
-        rows = [ops[i * k_dim:(i + 1) * k_dim] for i in range(len(rows))]
-        b_ops = ops[len(rows) * k_dim:]
-        prods = []
-        for a_row in rows:
-            for j in range(n_dim):
-                for k in range(k_dim):
-                    prod = a_row[k] * b_ops[k * n_dim + j]
-                    prods.append(wrap32(prod) if len(prod) > 32 else prod)
-        prods = pipe.cut(prods, "mm_prod")
+        # the platform's registered multiplier blocks (an FPGA's DSPs) take the operand and product stages
+        # where it has them; else the operands are cut once (each feeds a row or a column of products)
+        prods = pipe.products([(a_row[k], b_el(k, j)) for a_row in rows for j in range(n_dim)
+                               for k in range(k_dim)], "mm")
+        if prods is None:
+            ops = pipe.cut([x for row in rows for x in row]
+                           + [b_el(k, j) for k in range(k_dim) for j in range(n_dim)], "mm_op")
+            a_rows = [ops[i * k_dim:(i + 1) * k_dim] for i in range(len(rows))]
+            b_ops = ops[len(rows) * k_dim:]
+            prods = pipe.cut([_wrapped(a_row[k] * b_ops[k * n_dim + j]) for a_row in a_rows
+                              for j in range(n_dim) for k in range(k_dim)], "mm_prod")
+        prods = [_wrapped(p) for p in prods]
         return [wrap32(tree(prods[e * k_dim:(e + 1) * k_dim], lambda x, y: x + y))
                 for e in range(len(prods) // k_dim)]
 
@@ -378,6 +379,11 @@ class MatMul(HwFn):
                 else:
                     res.append(hf.convert(m, hf.fp32_sum(m, prods), FP32, fo))
         return res
+
+
+def _wrapped(v):
+    """An integer product as the hardware keeps it: wrapped to 32 bits when wider."""
+    return wrap32(v) if len(v) > 32 else v
 
 
 class Requantize(HwFn):

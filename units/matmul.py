@@ -126,7 +126,7 @@ class MatMul(Map):
         if p.stages:
             # the products' pipeline (``Map._front``) in front of the sum: its last stage is the token
             advance = Signal(name="advance")
-            res, tok_valid, tok_stop, tok_done, is_data = self._front(m, advance)
+            res, tok_valid, tok_stop, tok_done, is_data = self._front(m, advance, platform)
             phase = None
         else:
             res, _, phase = self._result(m)
@@ -135,7 +135,7 @@ class MatMul(Map):
 
         count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
         state = Signal(o.payload.payload.shape(), name="sum")
-        fresh = count == 0
+        fresh = Signal(init=1, name="fresh")              # registered: count == 0 (it feeds every sum's adder)
         prev = TileVal.of(out, state)
         zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
         total = Signal(o.payload.payload.shape(), name="total")
@@ -173,10 +173,11 @@ class MatMul(Map):
                          run_open.eq(1)]
         with m.If(fire):
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), count.eq(count + 1), last.eq(count + 2 == regs["k"])]
+                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0), last.eq(count + 2 == regs["k"])]
             with m.Else():
                 m.d.sync += last.eq(regs["k"] == 1)
-                m.d.sync += [count.eq(0), o.valid.eq(1), o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
+                m.d.sync += [count.eq(0), fresh.eq(1), o.valid.eq(1), o.payload.stop.eq(tok_stop),
+                             o.payload.done.eq(tok_done),
                              o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
             m.d.sync += run_open.eq(is_data)
         with m.Elif(fresh):

@@ -15,6 +15,13 @@ A builder calls :meth:`cut` at most ``depth`` times, in data-flow order; cuts
 past the budget are the identity (a build without a pipeline, ``depth`` 0, is
 the combinational one). :meth:`finish` adds the stages the builder did not
 use at the end, so every function of a unit has the same depth.
+
+Multipliers between two cuts (operands registered, then their products) are
+what an FPGA's DSP blocks hold with their own input and output registers:
+:meth:`Pipe.products` asks the platform the unit is elaborated for (the FPGA
+flow's, ``fpga.ecp5``) for such blocks; with no platform (the simulators) or
+none to give, the builder cuts and multiplies in logic, with the same values
+in the same cycles.
 """
 
 from __future__ import annotations
@@ -37,13 +44,21 @@ class Pipe:
         Stages (0: no register, every cut is the identity).
     prefix : str
         Prefix of the registers' names (``{prefix}{name}{stage}_{k}``).
+    platform : object, optional
+        What the unit is elaborated for; its ``registered_products`` (if it has one) gives
+        :meth:`products` hard multipliers.
     """
 
-    def __init__(self, m, en, depth: int, prefix: str = ""):
+    def __init__(self, m, en, depth: int, prefix: str = "", platform=None):
         if depth < 0:
             raise ValueError(f"Pipe: depth must be >= 0, got {depth}")
-        self.m, self.en, self.depth, self.prefix = m, en, depth, prefix
+        self.m, self.en, self.depth, self.prefix, self.platform = m, en, depth, prefix, platform
         self.used = 0
+
+    def sub(self, prefix: str) -> "Pipe":
+        """A pipeline of the same stages, enable and platform for one function of the unit (its registers
+        named ``prefix``...); :data:`NO_PIPE` without stages."""
+        return Pipe(self.m, self.en, self.depth, prefix, self.platform) if self.depth else NO_PIPE
 
     def _stage(self, values, name: str, stage: int) -> list:
         out = []
@@ -61,6 +76,23 @@ class Pipe:
             return list(values)
         self.used += 1
         return self._stage(values, name, self.used)
+
+    def products(self, pairs, name: str) -> list | None:
+        """The products ``a * b`` of ``pairs`` through the next two stages (the operands registered, then
+        the products) in the platform's registered multiplier blocks; ``None`` (no stage used) when there
+        are not two stages left or the platform has no such blocks for them: the builder then cuts the
+        operands, multiplies and cuts the products itself, which is the same in every cycle."""
+        give = getattr(self.platform, "registered_products", None)
+        if give is None or self.depth - self.used < 2:
+            return None
+        # the blocks load where the builder's registers would: with ``en``, under the conditions the builder
+        # is in (a unit's function is built inside the case of its selector)
+        ce = Signal(name=f"{self.prefix}{name}_ce")
+        self.m.d.comb += ce.eq(self.en)
+        out = give(self.m, [(Value.cast(a), Value.cast(b)) for a, b in pairs], ce, f"{self.prefix}{name}")
+        if out is not None:
+            self.used += 2
+        return out
 
     def finish(self, values, name: str) -> list:
         """``values`` through the stages no :meth:`cut` took, so they leave the pipeline's last stage."""

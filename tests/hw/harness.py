@@ -13,10 +13,14 @@ SEEDS = (0, 1, 2)
 
 def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int] | None = None,
                backend: str = "amaranth", seeds=SEEDS, p_gap: float = 0.3, p_drop: float = 0.3,
-               tensors=None, declare=None, name: str | None = None, expected: dict | None = None):
+               tensors=None, declare=None, name: str | None = None, expected: dict | None = None,
+               platform=None, models: str = ""):
     """Run ``unit`` on ``inputs`` ({language port: (StreamType, tokens)}) with random valid gaps and
     ready drops for each seed; compare every output port with the interpreter's ``kind`` operator (or with
     ``expected``, {language port: tokens}, for a unit that runs a chain of operators).
+
+    ``platform``, ``models``: elaborate the unit for a platform, simulated with its primitives' Verilog
+    models (:func:`~step_hdl.sim.rtl.run_scenario`).
 
     Returns the cycle counts per seed.
     """
@@ -29,7 +33,8 @@ def check_unit(unit, kind: str, inputs: dict, op_params: dict, config: list[int]
     cycles = []
     for seed in seeds:
         sc = Scenario(packed, outs, config, seed=seed, p_gap=p_gap, p_drop=p_drop)
-        got, n = run_scenario(unit, sc, backend, name or f"{type(unit).__name__.lower()}_dut")
+        got, n = run_scenario(unit, sc, backend, name or f"{type(unit).__name__.lower()}_dut",
+                              platform=platform, models=models)
         cycles.append(n)
         for hp in outs:
             want = expected[lang_port(hp)]
