@@ -85,6 +85,25 @@ def saturate(v: Value, dt: DType) -> Value:
     return Mux(v > dt.max, Const(dt.max, signed(dt.bits)), Mux(v < dt.min, Const(dt.min, signed(dt.bits)), v))
 
 
+def shift_saturate(x: Value, shift: Value, dt: DType) -> Value:
+    """``saturate(x >> shift, dt)`` for a signed ``x`` and a variable ``shift``, built from the bits the
+    result needs: the shift's ``dt.bits`` low bits (Yosys keeps only the shifter's stages that reach them)
+    and whether ``x >> shift`` fits (the bits of ``x`` from ``dt.bits - 1 + shift`` up all copy its sign:
+    one thermometer mask of the shift, the same for every element of a tile). :func:`saturate` of the whole
+    shift compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that
+    way, 3,210 this way."""
+    x = x.as_signed()
+    w, n = len(x), dt.bits
+    if n >= w:
+        return saturate(x >> shift, dt)         # nothing to clamp: x >> shift always fits
+    # bit i of the result is bit i + shift of x (its sign past the top)
+    low = (x >> shift)[:n]
+    # fits: no bit of x at or above n - 1 + shift differs from the sign
+    mask = (Const((1 << w) - 1, w) << (shift + (n - 1)))[:w]
+    fits = ((x.as_unsigned() ^ x[w - 1].replicate(w)) & mask) == 0
+    return Mux(fits, low.as_signed(), Mux(x[w - 1], Const(dt.min, signed(n)), Const(dt.max, signed(n))))
+
+
 def smax(a: Value, b: Value) -> Value:
     return Mux(a > b, a, b)
 
@@ -397,7 +416,7 @@ class Requantize(HwFn):
         return {"shift": int(f.param("shift"))}
 
     def build(self, m, a, b, out, regs):
-        return [saturate(x >> regs["shift"], out.dtype) for x in a.elems]
+        return [shift_saturate(x, regs["shift"], out.dtype) for x in a.elems]
 
 
 def _frac_reg():
