@@ -130,6 +130,8 @@ class SynthReport:
     placed: bool = True
     utilization: dict = field(default_factory=dict)
     router: str | None = None
+    #: nextpnr's Fmax estimate after placement, before routing (the Gowin flow: ``fpga.gowin``)
+    fmax_placed_mhz: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -47,14 +47,14 @@ PLUMBING = ("Queue", "ForwardSlice", "BackwardSlice", "FullSlice", "Broadcast")
 
 #: the units whose build ``Fabric.pipeline`` changes: the compute units' function stages, the buffer's SRAM
 #: output register (``OnChipBufferParams.out_reg``), the linear load's request slice
-PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "OnChipBuffer", "LinearOffChipLoad")
+PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "Map[requantize]", "OnChipBuffer", "LinearOffChipLoad")
 
 
 def unit_names() -> list[str]:
-    """Names of :func:`unit`: the stream plumbing, the catalog, then SiLU's Map (the pipelined builds are
-    ``unit(name, ..., pipeline=True)``)."""
+    """Names of :func:`unit`: the stream plumbing, the catalog, then SiLU's and requantize's Maps (the
+    pipelined builds are ``unit(name, ..., pipeline=True)``)."""
     from step_hdl.units.catalog import CATALOG
-    return [*PLUMBING, *CATALOG, "Map[silu]"]
+    return [*PLUMBING, *CATALOG, "Map[silu]", "Map[requantize]"]
 
 
 def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
@@ -70,6 +70,9 @@ def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
     if name == "Map[silu]":
         from step_hdl.units.compute import Map, MapParams
         return Map(MapParams(tile, tile, dtype, 3, fns=("silu",), pipeline=pipeline))
+    if name == "Map[requantize]":   # from a matmul's int32 sums to the tile's type
+        from step_hdl.units.compute import Map, MapParams
+        return Map(MapParams(tile, tile, "int32", 3, fns=("requantize",), out_dtype=dtype, pipeline=pipeline))
     from step_hdl.units.catalog import CATALOG
     entry = CATALOG[name]
     u = entry.make(tile, tile, dtype)

@@ -209,6 +209,27 @@ def test_gowin_resources_from_yosys_stat():
     assert (s["synth_luts"], s["carries"], s["ffs"], s["dsps"], s["brams"], s["lutrams"]) == (21, 4, 10, 2, 1, 6)
 
 
+def test_gowin_routed_timing_far_above_the_placed_estimate_is_marked(tmp_path):
+    """nextpnr-himbaechel's routed timing can lose a unit's paths: the row shows the estimate after
+    placement beside it and the comparison with ECP5 leaves it out."""
+    from step_hdl.fpga import characterize as ch
+    from step_hdl.fpga.gowin import placed_fmax
+    log = ("Info: Max frequency for clock 'dut.clk': 92.57 MHz (FAIL at 100.00 MHz)\n...\n"
+           "Info: Max frequency for clock 'dut.clk': 724.11 MHz (PASS at 100.00 MHz)\n")
+    assert placed_fmax(log) == 92.57 and placed_fmax("no timing here") is None
+    row = {"unit": "U", "luts": 1, "lutrams": 0, "ffs": 1, "dsps": 0, "brams": 0, "fmax_mhz": 724.1,
+           "fmax_placed_mhz": 92.57, "critical_path": {"start": "cap", "end": "cap"}, "wall_s": {}}
+    fine = dict(row, unit="V", fmax_mhz=150.0)
+    ecp5 = tmp_path / "e.json"
+    ecp5.write_text(json.dumps({"units": [{"unit": "U", "fmax_mhz": 100.0}, {"unit": "V", "fmax_mhz": 100.0}]}))
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Units\n")
+    ch.write_units_gowin([row, fine], path=tmp_path / "g.json", doc=doc, ecp5=ecp5)
+    text = doc.read_text()
+    assert "| 724.1 ‡ (placed 92.6) | 100.0 |" in text and "| 150.0 | 100.0 |" in text
+    assert "Over the 1 units without multipliers" in text and "1.50x to 1.50x" in text
+
+
 @pytest.mark.synth      # nextpnr-himbaechel compiles its WebAssembly on its first start
 def test_a_unit_on_the_second_family(tmp_path):
     """The Gowin flow gives the ECP5 flow's report for a unit: its resources and a timed register path."""

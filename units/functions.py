@@ -87,21 +87,30 @@ def saturate(v: Value, dt: DType) -> Value:
 
 def shift_saturate(x: Value, shift: Value, dt: DType) -> Value:
     """``saturate(x >> shift, dt)`` for a signed ``x`` and a variable ``shift``, built from the bits the
-    result needs: the shift's ``dt.bits`` low bits (Yosys keeps only the shifter's stages that reach them)
-    and whether ``x >> shift`` fits (the bits of ``x`` from ``dt.bits - 1 + shift`` up all copy its sign:
-    one thermometer mask of the shift, the same for every element of a tile). :func:`saturate` of the whole
-    shift compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that
-    way, 3,210 this way."""
+    result needs (:func:`shift_parts`, then :func:`clamp_parts`). :func:`saturate` of the whole shift
+    compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that way, 3,210
+    this way."""
+    return clamp_parts(*shift_parts(x, shift, dt), dt)
+
+
+def shift_parts(x: Value, shift: Value, dt: DType) -> tuple:
+    """``(low, fits, negative)`` of ``x >> shift`` (``x`` signed): its ``dt.bits`` low bits (Yosys keeps only
+    the shifter's stages that reach them), whether it fits ``dt`` (the bits of ``x`` from ``dt.bits - 1 +
+    shift`` up all copy its sign: one thermometer mask of the shift, the same for every element of a tile)
+    and its sign."""
     x = x.as_signed()
     w, n = len(x), dt.bits
     if n >= w:
-        return saturate(x >> shift, dt)         # nothing to clamp: x >> shift always fits
-    # bit i of the result is bit i + shift of x (its sign past the top)
+        return x >> shift, Const(1, 1), x[w - 1]    # nothing to clamp
     low = (x >> shift)[:n]
-    # fits: no bit of x at or above n - 1 + shift differs from the sign
     mask = (Const((1 << w) - 1, w) << (shift + (n - 1)))[:w]
-    fits = ((x.as_unsigned() ^ x[w - 1].replicate(w)) & mask) == 0
-    return Mux(fits, low.as_signed(), Mux(x[w - 1], Const(dt.min, signed(n)), Const(dt.max, signed(n))))
+    return low, ((x.as_unsigned() ^ x[w - 1].replicate(w)) & mask) == 0, x[w - 1]
+
+
+def clamp_parts(low: Value, fits: Value, negative: Value, dt: DType) -> Value:
+    """The saturated value of :func:`shift_parts`: ``low``, or the end of ``dt``'s range on the value's side."""
+    n = dt.bits
+    return Mux(fits, low.as_signed(), Mux(negative, Const(dt.min, signed(n)), Const(dt.max, signed(n))))
 
 
 def smax(a: Value, b: Value) -> Value:
@@ -415,8 +424,12 @@ class Requantize(HwFn):
     def reg_values(self, f, a, b):
         return {"shift": int(f.param("shift"))}
 
-    def build(self, m, a, b, out, regs):
-        return [shift_saturate(x, regs["shift"], out.dtype) for x in a.elems]
+    def stages(self, a):
+        return 1        # the shift's low bits and whether it fits; the clamp in front of the output register
+
+    def build(self, m, a, b, out, regs, pipe=NO_PIPE):
+        parts = pipe.cut([v for x in a.elems for v in shift_parts(x, regs["shift"], out.dtype)], "rq")
+        return [clamp_parts(*parts[3 * k:3 * k + 3], out.dtype) for k in range(len(a.elems))]
 
 
 def _frac_reg():

@@ -143,8 +143,11 @@ def test_map_matmul_folded(sim_backend, g):
 
 
 @pytest.mark.parametrize("out_dt", ["int8", "int16"])
-def test_map_requantize(sim_backend, out_dt):
-    unit = Map(MapParams(rows=2, cols=2, dtype="int32", fns=("requantize",), out_dtype=out_dt))
+@pytest.mark.parametrize("pipeline", [False, True], ids=["comb", "pipelined"])
+def test_map_requantize(sim_backend, out_dt, pipeline):
+    """Every shift; pipelined, one stage (the shift's low bits and whether it fits) before the clamp."""
+    unit = Map(MapParams(rows=2, cols=2, dtype="int32", fns=("requantize",), out_dtype=out_dt, pipeline=pipeline))
+    assert unit.latency == (2 if pipeline else 1)
     rng = np.random.default_rng(5)
     for shift in (0, 7, 20, 31):
         st, toks = stream(rng, Tile("int32", 2, 2), "rank1")
