@@ -95,6 +95,8 @@ class AffineWalk:
         self.close_needed = self.close > self.lo
         if merge is not None:
             self.close_needed = self.close_needed & (self.close > merge)
+        self._m, self._name = m, name
+        self._restart = Signal(acc_shape, name=f"{name}restart")   # the offset reset() goes back to this cycle
         # 0: an element, 1: the closing stop after it (level ``pend``; ``pend_final``: it ends the walk)
         self.phase = Signal(name=f"{name}phase")
         self.pend = Signal(range(D + 1), name=f"{name}pend")
@@ -133,4 +135,21 @@ class AffineWalk:
     def reset(self, m, value=0):
         """Sync: back to the first element, at offset ``value``."""
         m.d.sync += [a.eq(value) for a in self.acc]
-        m.d.comb += [op.eq(self._ZERO) for op in self._op]
+        m.d.comb += [op.eq(self._ZERO) for op in self._op] + [self._restart.eq(value)]
+
+    def below(self, limit_next) -> Signal:
+        """A register that is ``acc[0] < limit`` in every cycle, for a ``limit`` whose next value is
+        ``limit_next``: formed from the next values, one comparison for each way the walk can go (hold, a
+        step of dimension ``j``, back to the start), which what the walk does this cycle only selects. So
+        no comparison is on the path from the handshake that steps the walk to the walk's counters."""
+        m, D = self._m, self.D
+        out = Signal(name=f"{self._name}below")
+        nxt = Signal(name=f"{self._name}below_next")
+        m.d.comb += nxt.eq(self.acc[0] < limit_next)
+        with m.If(self._op[0] == self._ZERO):               # back to the start (or a step above 0: below)
+            m.d.comb += nxt.eq(self._restart < limit_next)
+        for j in range(D):
+            with m.If(self._op[j] == self._INC):
+                m.d.comb += nxt.eq(self.acc[j] + self.strides[j] < limit_next)
+        m.d.sync += out.eq(nxt)
+        return out

@@ -419,6 +419,9 @@ class OnChipBuffer(StepUnit):
                 strides[:2] = [Mux(tr, cols_r, strides[0]), Mux(tr, 1, strides[1])]
             g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g",
                            merge=merge if Dr >= 2 else None)
+            # whether the entry the walk is at is written yet (registered: the write index's next value)
+            widx_next = Mux(took & is_entry & (widx < depth), widx + 1, Mux(took & (is_close | tok.done), 0, widx))
+            at_written = g.below(widx_next)
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, g.acc[0], ridx))
         elif not pooled:
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
@@ -499,7 +502,7 @@ class OnChipBuffer(StepUnit):
                     # the reading's last entry carries its final close when that close may merge with an
                     # outer stop (not eager): the close then costs no cycle of its own
                     fold = ~g.has_zero & g.close_needed & ~(eager_mode & once)
-                    written = Mux(g.phase == 0, ~g.has_zero & ~g.complete & (g.acc[0] < widx), ~g.pend_final)
+                    written = Mux(g.phase == 0, ~g.has_zero & ~g.complete & at_written, ~g.pend_final)
                     with m.If(rfull | written):
                         with m.If(g.phase == 0):
                             with m.If(g.has_zero):
