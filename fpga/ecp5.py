@@ -44,7 +44,6 @@ from pathlib import Path
 
 from step_hdl.errors import StepError
 
-from .ecp5_dsp import Ecp5Dsp
 from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
 
@@ -420,6 +419,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     budget = tgt.dsps if dsp_budget == -1 else dsp_budget
     # the pipelined units' registered products in DSP blocks with their registers (fpga.ecp5_dsp), while
     # the budget lasts; the multipliers left are Yosys's to map, to the blocks left or to LUTs
+    from .ecp5_dsp import Ecp5Dsp      # (lazy: the command line lists the targets without Amaranth)
     dsp = Ecp5Dsp(budget)
     say, work, text, wall = start_synthesis(component, name, workdir, progress, dsp)
     (work / f"{name}.il").write_text(text)
