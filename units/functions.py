@@ -85,19 +85,13 @@ def saturate(v: Value, dt: DType) -> Value:
     return Mux(v > dt.max, Const(dt.max, signed(dt.bits)), Mux(v < dt.min, Const(dt.min, signed(dt.bits)), v))
 
 
-def shift_saturate(x: Value, shift: Value, dt: DType) -> Value:
-    """``saturate(x >> shift, dt)`` for a signed ``x`` and a variable ``shift``, built from the bits the
-    result needs (:func:`shift_parts`, then :func:`clamp_parts`). :func:`saturate` of the whole shift
-    compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that way, 3,210
-    this way."""
-    return clamp_parts(*shift_parts(x, shift, dt), dt)
-
-
 def shift_parts(x: Value, shift: Value, dt: DType) -> tuple:
     """``(low, fits, negative)`` of ``x >> shift`` (``x`` signed): its ``dt.bits`` low bits (Yosys keeps only
     the shifter's stages that reach them), whether it fits ``dt`` (the bits of ``x`` from ``dt.bits - 1 +
     shift`` up all copy its sign: one thermometer mask of the shift, the same for every element of a tile)
-    and its sign."""
+    and its sign; :func:`clamp_parts` of them is ``saturate(x >> shift, dt)``. :func:`saturate` of the whole
+    shift compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that way,
+    3,210 this way."""
     x = x.as_signed()
     w, n = len(x), dt.bits
     if n >= w:
@@ -390,7 +384,8 @@ class MatMul(HwFn):
             b_ops = ops[len(rows) * k_dim:]
             prods = pipe.cut([_wrapped(a_row[k] * b_ops[k * n_dim + j]) for a_row in a_rows
                               for j in range(n_dim) for k in range(k_dim)], "mm_prod")
-        prods = [_wrapped(p) for p in prods]
+        else:
+            prods = [_wrapped(p) for p in prods]
         return [wrap32(tree(prods[e * k_dim:(e + 1) * k_dim], lambda x, y: x + y))
                 for e in range(len(prods) // k_dim)]
 

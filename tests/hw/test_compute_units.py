@@ -10,7 +10,7 @@ from step_hdl.functions import fn
 from step_hdl.token import encode
 from step_hdl.types import dtype, dyn, ragged
 from step_hdl.units.compute import Accum, AccumParams, FlatMap, FlatMapParams, Map, MapParams, Scan
-from step_hdl.units.functions import saturate, shift_saturate
+from step_hdl.units.functions import clamp_parts, saturate, shift_parts
 from step_hdl.units.params import ParamError
 
 from hw.harness import check_unit
@@ -156,13 +156,14 @@ def test_map_requantize(sim_backend, out_dt, pipeline):
 
 
 @pytest.mark.parametrize("w, out_dt", [(32, "int8"), (32, "int16"), (20, "int8")])
-def test_shift_saturate_is_saturate_of_the_shift(w, out_dt):
+def test_shift_parts_clamp_to_saturate_of_the_shift(w, out_dt):
     """The requantize's clamp from the shift's low bits and a sign mask equals clamping the whole shift,
     at every shift, on values at and around every power of two and at random."""
     m = Module()
     x, s = Signal(signed(w)), Signal(5)
     got, want = Signal(signed(dtype(out_dt).bits)), Signal(signed(dtype(out_dt).bits))
-    m.d.comb += [got.eq(shift_saturate(x, s, dtype(out_dt))), want.eq(saturate(x >> s, dtype(out_dt)))]
+    m.d.comb += [got.eq(clamp_parts(*shift_parts(x, s, dtype(out_dt)), dtype(out_dt))),
+                 want.eq(saturate(x >> s, dtype(out_dt)))]
     lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
     values = {0, lo, hi} | {v for b in range(w) for d in (-1, 0, 1) for v in ((1 << b) + d, -(1 << b) + d)}
     values = sorted(v for v in values | set(np.random.default_rng(w).integers(lo, hi, 60).tolist()) if lo <= v <= hi)
