@@ -101,8 +101,9 @@ NOTES = {
                                    "(`oat_last0`) through the choice of the dimension that steps to the "
                                    "32-bit running addresses it loads (`oacc0`): 6 levels, 6.4 of the 8.4 ns "
                                    "routing, the choice fanning out to every address bit of every dimension. "
-                                   "Registering that choice (the next step's dimension, one-hot) would leave "
-                                   "the adders.",
+                                   "Registering that choice (the next step's dimension, one-hot, from each "
+                                   "way the walk can go) was tried on 2026-12-04: 103.8 MHz, its select then "
+                                   "behind the handshake (`oat_last0` -> `oinc_oh`), so it was left out.",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "

@@ -95,8 +95,9 @@ class AffineWalk:
         self.close_needed = self.close > self.lo
         if merge is not None:
             self.close_needed = self.close_needed & (self.close > merge)
-        self._m, self._name = m, name
-        self._restart = Signal(acc_shape, name=f"{name}restart")   # the offset reset() goes back to this cycle
+        self._m, self._name, self._acc_shape = m, name, acc_shape
+        self._restart = None    # (below()) the offset reset() goes back to this cycle
+        self._resets = 0
         # 0: an element, 1: the closing stop after it (level ``pend``; ``pend_final``: it ends the walk)
         self.phase = Signal(name=f"{name}phase")
         self.pend = Signal(range(D + 1), name=f"{name}pend")
@@ -135,7 +136,10 @@ class AffineWalk:
     def reset(self, m, value=0):
         """Sync: back to the first element, at offset ``value``."""
         m.d.sync += [a.eq(value) for a in self.acc]
-        m.d.comb += [op.eq(self._ZERO) for op in self._op] + [self._restart.eq(value)]
+        m.d.comb += [op.eq(self._ZERO) for op in self._op]
+        self._resets += 1
+        if self._restart is not None:
+            m.d.comb += self._restart.eq(value)
 
     def below(self, limit_next) -> Signal:
         """A register that is ``acc[0] < limit`` in every cycle, for a ``limit`` whose next value is
@@ -143,6 +147,10 @@ class AffineWalk:
         step of dimension ``j``, back to the start), which what the walk does this cycle only selects. So
         no comparison is on the path from the handshake that steps the walk to the walk's counters."""
         m, D = self._m, self.D
+        if self._resets:
+            raise ValueError("AffineWalk.below must be called before the walk's first reset(): it follows "
+                             "the offsets reset() goes back to")
+        self._restart = Signal(self._acc_shape, name=f"{self._name}restart")
         out = Signal(name=f"{self._name}below")
         nxt = Signal(name=f"{self._name}below_next")
         m.d.comb += nxt.eq(self.acc[0] < limit_next)

@@ -17,12 +17,12 @@ def test_below_is_the_comparison_of_every_cycle():
     walk = AffineWalk(m, counts, strides, n, n, 8, signed(16), "w")
     step, restart, restart_at = Signal(), Signal(), Signal(signed(16))
     limit, limit_next = Signal(12), Signal(12)
+    below = walk.below(limit_next)
     with m.If(restart):
         walk.reset(m, restart_at)
     with m.Elif(step & ~walk.complete):
         walk.step(m)
     m.d.sync += limit.eq(limit_next)
-    below = walk.below(limit_next)
     rng = np.random.default_rng(1)
     bad = []
 
@@ -46,3 +46,14 @@ def test_below_is_the_comparison_of_every_cycle():
     sim.add_testbench(bench)
     sim.run()
     assert not bad, bad[:5]
+
+
+def test_below_after_a_reset_is_refused():
+    """``below`` follows the offsets ``reset`` goes back to, so it must see every reset: called after one,
+    it says so."""
+    import pytest
+    m = Module()
+    walk = AffineWalk(m, [Signal(4)], [Signal(4)], Signal(1), Signal(1), 4, signed(8), "w")
+    walk.reset(m, 3)
+    with pytest.raises(ValueError, match=r"AffineWalk.below must be called before the walk's first reset\(\)"):
+        walk.below(Signal(4))
