@@ -53,6 +53,7 @@ def test_below_after_a_reset_is_refused():
     it says so."""
     import pytest
     m = Module()
+    m._MustUse__silence = True          # built only to be refused: never elaborated
     walk = AffineWalk(m, [Signal(4)], [Signal(4)], Signal(1), Signal(1), 4, signed(8), "w")
     walk.reset(m, 3)
     with pytest.raises(ValueError, match=r"AffineWalk.below must be called before the walk's first reset\(\)"):
