@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from amaranth.hdl import Module
+from amaranth.hdl import ClockDomain, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -51,13 +51,21 @@ class Deadlock(StepDeadlockError):
 
 # ----------------------------------------------------------------------------- the simulation harness
 
+def _late(m: Module, value, init: int = 0) -> Signal:
+    """``value`` one cycle later: a register of the ``sync`` domain that no reset clears."""
+    q = Signal(len(value), init=init, reset_less=True)
+    m.d.sync += q.eq(value)
+    return q
+
+
 class FabricHarness(wiring.Component):
     """Simulation-only: :class:`FabricTop` with every memory port on one :class:`DramModel`.
 
-    Ports: the top's ``cfg``, ``start``, ``done``, ``hung``, ``ctr_addr``/``ctr_data``
+    Ports: ``clk``, ``rst``, the top's ``cfg``, ``start``, ``done``, ``hung``, ``ctr_addr``/``ctr_data``
     (with ``samples``: its sampler's ``smp_every``, ``smp_addr``/``smp_data``, ``smp_count``),
     and the DRAM model's backdoor ``load_en``/``load_addr``/``load_data`` and
-    ``peek_addr``/``peek_data``.
+    ``peek_addr``/``peek_data``. Every input reaches the design one cycle after it is driven (the reset, the
+    configuration, ``start`` and the load alike); so a read-back's data follows its address by a cycle.
     """
 
     def __init__(self, design: Design, dram: DramParams, depth: int, init=(), faults: DramFaults | None = None,
@@ -77,7 +85,7 @@ class FabricHarness(wiring.Component):
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
                               port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults, array=array)
-        members = {"cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
+        members = {"clk": In(1), "rst": In(1), "cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
                    "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
                    "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
                    "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)}
@@ -87,16 +95,25 @@ class FabricHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # Every input but the clock is registered here, all alike, so they reach the design one cycle later
+        # and in the same cycles relative to each other: no logic reads a top-level input combinationally.
+        # Verilator evaluates the logic that does on every call into the model, both clock edges included;
+        # with the reset an input, that was most of the fabric's logic, and with the counter address one,
+        # the read-back multiplexer of all counters.
+        m.domains.sync = cd = ClockDomain("sync")
+        cd.clk, cd.rst = self.clk, Signal(name="rst_q")
+        m.d.comb += cd.rst.eq(_late(m, self.rst, init=1))
         m.submodules.top = top = self.top
         m.submodules.dram = dram = self.dram
-        wiring.connect(m, wiring.flipped(self.cfg), top.cfg)
-        m.d.comb += [top.start.eq(self.start), self.done.eq(top.done), self.hung.eq(top.hung),
-                     top.ctr_addr.eq(self.ctr_addr), self.ctr_data.eq(top.ctr_data),
-                     dram.load_en.eq(self.load_en), dram.load_addr.eq(self.load_addr),
-                     dram.load_data.eq(self.load_data), dram.peek_addr.eq(self.peek_addr),
+        m.d.comb += [top.cfg.valid.eq(_late(m, self.cfg.valid)),
+                     top.cfg.payload.eq(_late(m, self.cfg.payload.as_value())), self.cfg.ready.eq(1),
+                     top.start.eq(_late(m, self.start)), self.done.eq(top.done), self.hung.eq(top.hung),
+                     top.ctr_addr.eq(_late(m, self.ctr_addr)), self.ctr_data.eq(top.ctr_data),
+                     dram.load_en.eq(_late(m, self.load_en)), dram.load_addr.eq(_late(m, self.load_addr)),
+                     dram.load_data.eq(_late(m, self.load_data)), dram.peek_addr.eq(_late(m, self.peek_addr)),
                      self.peek_data.eq(dram.peek_data)]
         if self.top.samples:
-            m.d.comb += [top.smp_every.eq(self.smp_every), top.smp_addr.eq(self.smp_addr),
+            m.d.comb += [top.smp_every.eq(_late(m, self.smp_every)), top.smp_addr.eq(_late(m, self.smp_addr)),
                          self.smp_data.eq(top.smp_data), self.smp_count.eq(top.smp_count)]
         for k in range(len(self.design.mem_units)):
             src, dst = getattr(top, f"mem{k}"), getattr(dram, f"port{k}")
@@ -338,21 +355,25 @@ def _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults
                 last = time.time()
                 print(f"  ... {ran} cycles simulated", file=sys.stderr, flush=True)
         out["run_s"] = time.perf_counter() - t_run
+        # the harness registers the read-back addresses: each read's data is there a cycle after its address
         counters = {}
         for k, name in enumerate(names):
             ctx.set(h.ctr_addr, k)
+            await ctx.tick()
             counters[name] = ctx.get(h.ctr_data)
         words = {}
         for tname, (first, n) in prep.outputs.items():
             ws = []
             for j in range(n):
                 ctx.set(h.peek_addr, first + j)
+                await ctx.tick()
                 ws.append(ctx.get(h.peek_data))
             words[tname] = ws
         rows = []
         if sampling[0]:
             for k in range(ctx.get(h.smp_count)):
                 ctx.set(h.smp_addr, k)
+                await ctx.tick()
                 rows.append(ctx.get(h.smp_data))
         out.update(status=status, counters=counters, words=words, rows=rows)
 

@@ -20,8 +20,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import Module
-from amaranth.lib import wiring
 
 from step_hdl.errors import StepError
 
@@ -98,12 +96,11 @@ def verilator_opt(verilog_text: str, short: bool = False) -> str:
 
 
 def cocotb_runner(backend: str):
-    """The cocotb runner; for Verilator one that makes only the top level's ports public.
+    """The cocotb runner; for Verilator one that makes no signal public itself (:func:`public_ports` does).
 
     cocotb's runner passes ``--public-flat-rw`` (every signal visible to VPI), which
-    makes the C++ build of a whole fabric several times slower; our testbenches only
-    touch top-level ports, so ``--public-depth 1`` is enough (measured on the 4x4
-    SwiGLU fabric: 76 s instead of 275 s).
+    makes the C++ build of a whole fabric several times slower (the 4x4 SwiGLU fabric:
+    275 s instead of 76 s); our testbenches only touch the top level's ports.
     """
     from cocotb_tools.runner import Verilator, get_runner
     if backend != "verilator":
@@ -112,10 +109,26 @@ def cocotb_runner(backend: str):
     class TopPortsOnly(Verilator):
         def _build_command(self):
             cmds = super()._build_command()
-            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"] + ["--public-depth", "1"]
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
             return cmds
 
     return TopPortsOnly()
+
+
+def public_ports(verilog_text: str, toplevel: str) -> str:
+    """A Verilator configuration file that makes the ports of module ``toplevel`` visible to VPI, and nothing
+    else: its inputs writable, its outputs only readable.
+
+    A signal VPI may write is, to Verilator, an input: the logic that drives or reads it is evaluated on
+    every call into the model, both clock edges included. ``--public-depth 1`` made every net of the top
+    module such a signal (the fabric harness's wires to and from each unit), and so most of a fabric's
+    logic; a writable ``done`` alone put the logic that drives it there."""
+    m = re.search(rf"^module {re.escape(toplevel)}\(.*?^endmodule", verilog_text, re.M | re.S)
+    if m is None:
+        raise RtlError(f"module {toplevel!r} not found in the Verilog")
+    ports = re.findall(r"^\s*(input|output)\s+(?:\[[^\]]*\]\s*)?(\S+)\s*;", m.group(0), re.M)
+    how = {"input": "public_flat_rw", "output": "public_flat_rd"}
+    return "`verilator_config\n" + "".join(f'{how[d]} -module "{toplevel}" -var "{p}"\n' for d, p in ports)
 
 
 def _build_stage(bdir: Path, since: float) -> str:
@@ -140,6 +153,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # signal got its default value before the case) and an always block of constants are not faults
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
                       "-Wno-ALWNEVER"]
+        vlt = public_ports(verilog_text, toplevel)
     else:
         import shutil
         if shutil.which("iverilog") is None:
@@ -149,10 +163,10 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # 0: under cocotb's default -g2012 a declaration's initial value raises no event, so every
         # combinational block stays X until an input changes (the last -g flag wins)
         build_args = ["-g2005"]
-        opt = None
+        opt = vlt = None
     # the build flags, the C++ optimization level and waves are part of the key: a build made otherwise is
     # never reused
-    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt, vlt]).encode()).hexdigest()[:16]
     bdir = build_root() / f"{toplevel}-{backend}-{digest}"
     bdir.mkdir(parents=True, exist_ok=True)
     # a lock per build folder: a second process (a sweep's other worker) waits for the first's build and
@@ -162,6 +176,9 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     src = bdir / f"{toplevel}.v"
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)
+    if vlt is not None:
+        (bdir / "public.vlt").write_text(vlt)
+        build_args = build_args + [str(bdir / "public.vlt")]
     log = bdir / "build.log"
     t0 = time.time()
     flags = os.environ.get("MAKEFLAGS", "")
@@ -257,32 +274,6 @@ def _failures(results_xml: Path) -> list[str]:
     return out
 
 
-class PortsOnly(wiring.Component):
-    """``inner`` behind a top level of the same ports, only wires: a Verilator build makes the top module's
-    signals public (``--public-depth 1``, what cocotb needs), and with the unit itself as the top that would
-    be every internal signal (the 16x16 matmul: 14,000, a C++ file gcc needs most of an hour for)."""
-
-    def __init__(self, inner: wiring.Component):
-        self.inner = inner
-        super().__init__(dict(inner.signature.members))
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = inner = self.inner
-        for name, member in self.signature.members.items():
-            mine, theirs = getattr(self, name), getattr(inner, name)
-            if member.is_signature:
-                if member.flow == wiring.In:
-                    wiring.connect(m, wiring.flipped(mine), theirs)
-                else:
-                    wiring.connect(m, theirs, wiring.flipped(mine))
-            elif member.flow == wiring.In:
-                m.d.comb += theirs.eq(mine)
-            else:
-                m.d.comb += mine.eq(theirs)
-        return m
-
-
 def run_scenario(component, scenario, backend: str = "amaranth", name: str | None = None,
                  timing: dict | None = None, platform=None, models: str = "") -> tuple[dict, int]:
     """Run a :class:`~step_hdl.sim.streams.Scenario` on any back-end; return (outputs, cycles).
@@ -301,7 +292,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
                            "icarus), not on amaranth: its primitives are Verilog models")
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
     name = verilog_name(name or type(component).__name__.lower())
-    res = run_cocotb(to_verilog(PortsOnly(component), name, platform) + models, name, scenario.to_json(), backend)
+    res = run_cocotb(to_verilog(component, name, platform) + models, name, scenario.to_json(), backend)
     if res.get("timeout"):
         raise SimTimeout(f"no progress after {scenario.max_cycles} cycles on {backend}: sent {res['sent']}, "
                          f"received { {p: len(v) for p, v in res['outputs'].items()} }")

@@ -12,6 +12,7 @@ from step_hdl.mapper.design import built_units
 from step_hdl.mapper.shared import SharedUnit, design_key, module_name
 from step_hdl.sim.dram_timing import DRAM_PRESETS
 from step_hdl.sim.fabric import unit_modules, verilog_for
+from step_hdl.sim.rtl import RtlError, public_ports
 from step_hdl.workloads import swiglu
 
 
@@ -69,3 +70,29 @@ def test_a_fifo_between_two_shared_units_takes_their_signals(prep):
         assert q.i.payload is getattr(src, e.src_port).payload and q.i.ready is getattr(src, e.src_port).ready
         assert q.o.valid is getattr(dst, e.dst_port).valid and q.o.payload is getattr(dst, e.dst_port).payload
     Fragment.get(m, None)                       # every submodule elaborated: none left unused
+
+
+def test_the_harness_reads_its_inputs_only_into_registers(prep):
+    """Verilator evaluates the logic a top-level input reaches on every call into the model: the harness
+    registers every input but the clock, so that logic is one register per input."""
+    text, name, _ = verilog_for(prep.design, DRAM_PRESETS["paper"], prep.depth())
+    top = re.search(rf"^module {name}\(.*?^endmodule", text, re.M | re.S).group(0)
+    inputs = [p for p in re.findall(r"^\s*input\s+(?:\[[^\]]*\]\s*)?(\S+)\s*;", top, re.M) if p != "clk"]
+    assert {"rst", "cfg__payload", "cfg__valid", "start", "load_en", "load_addr", "load_data", "ctr_addr",
+            "peek_addr"} <= set(inputs)
+    for port in inputs:
+        # its declaration and the module's port list aside, and the names Amaranth gives a layout's fields
+        uses = [ln.strip() for ln in top.splitlines()[1:]
+                if re.search(rf"(?<![\w$.\\]){port}(?![\w$.])", ln) and not re.match(r"\s*(input|wire)\b", ln)
+                and not re.match(rf"\s*assign \\{port}\.\w+ += {port}\[", ln)]
+        assert uses and all(re.fullmatch(rf"\S+ +<= {port};", u) for u in uses), (port, uses)
+
+
+def test_only_the_top_levels_ports_are_public_to_verilator():
+    text = ("module t(a, b, y);\n  input [3:0] a;\n  wire [3:0] a;\n  input b;\n  output y;\n  wire w;\n"
+            "endmodule\nmodule other(z);\n  input z;\nendmodule\n")
+    assert public_ports(text, "t").splitlines() == [
+        "`verilator_config", 'public_flat_rw -module "t" -var "a"', 'public_flat_rw -module "t" -var "b"',
+        'public_flat_rd -module "t" -var "y"']
+    with pytest.raises(RtlError, match="module 'u' not found in the Verilog"):
+        public_ports(text, "u")
