@@ -7,7 +7,8 @@ this file next to the Verilog as the standalone testbench, and
 The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
 
 * ``image``: memory words (hex strings) loaded through the DRAM model's backdoor
-  port, one per cycle, before reset is released into the run;
+  port, one per cycle, before reset is released into the run (``step-hdl sim`` gives
+  none here: its simulator reads them from a file as it starts, ``sim.dram.ARRAY_VERILOG``);
 * ``config``: top-level configuration writes (``addr | data << 24``);
 * ``counters``: counter names, read back after the run through ``ctr_addr``;
 * ``outputs``: ``{name: [first word, word count]}`` regions read back through

@@ -24,7 +24,7 @@ from step_hdl.units.params import ParamError, positive
 from .dram_timing import DramParams
 from .faults import DramFaults, coin
 
-__all__ = ["ARRAY_MODULE", "ARRAY_VERILOG", "MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
+__all__ = ["ARRAY_MODULE", "ARRAY_VERILOG", "IMAGE_PLUSARG", "MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
 
 #: largest ``latency`` accepted (the in-flight count uses a delay line of ``latency`` entries)
 MAX_LATENCY = 4096
@@ -35,12 +35,16 @@ _CHUNK = 1024
 
 #: the Verilog module of the word array a ``DramModel(array="verilog")`` instantiates (:data:`ARRAY_VERILOG`)
 ARRAY_MODULE = "step_dram_array"
+#: the plusarg that names the hex file the word array starts from (``ARRAY_VERILOG``)
+IMAGE_PLUSARG = "step_image"
 #: its text, which the Verilog of such a model must be given with. The array is the Amaranth memory's
 #: behaviour (one write port, written at the clock edge; combinational read ports; every word 0 at start)
 #: without its initial image: Amaranth writes a memory's image word by word even when it is all zeros, and
-#: for a 16,384-word array of 256-bit words that takes 540 MB and 10 s to convert.
+#: for a 16,384-word array of 256-bit words that takes 540 MB and 10 s to convert. An instance with
+#: ``LOADABLE = 1`` (the model's word array) reads its image instead from the hex file, one word per line,
+#: that the simulator's plusarg ``+{IMAGE_PLUSARG}=PATH`` names, when it is given.
 ARRAY_VERILOG = f"""
-module {ARRAY_MODULE} #(parameter WIDTH = 1, DEPTH = 1, AW = 1, READS = 1) (
+module {ARRAY_MODULE} #(parameter WIDTH = 1, DEPTH = 1, AW = 1, READS = 1, LOADABLE = 0) (
   input clk,
   input we,
   input [AW-1:0] waddr,
@@ -49,8 +53,12 @@ module {ARRAY_MODULE} #(parameter WIDTH = 1, DEPTH = 1, AW = 1, READS = 1) (
   output [READS*WIDTH-1:0] rdata
 );
   reg [WIDTH-1:0] mem [0:DEPTH-1];
+  reg [8*4096-1:0] image;
   integer i;
-  initial for (i = 0; i < DEPTH; i = i + 1) mem[i] = {{WIDTH{{1'b0}}}};
+  initial begin
+    for (i = 0; i < DEPTH; i = i + 1) mem[i] = {{WIDTH{{1'b0}}}};
+    if (LOADABLE != 0 && $value$plusargs("{IMAGE_PLUSARG}=%s", image)) $readmemh(image, mem);
+  end
   always @(posedge clk) if (we) mem[waddr] <= wdata;
   genvar r;
   generate for (r = 0; r < READS; r = r + 1) begin : rd
@@ -117,7 +125,8 @@ class DramModel(wiring.Component):
         :data:`ARRAY_MODULE`, for Verilog only, which must then be given
         :data:`ARRAY_VERILOG` (the same behaviour, without the initial image
         that makes a deep array slow and large to convert; ``init`` must be
-        empty: the words are loaded through the backdoor).
+        empty: the words are loaded through the backdoor, or from the hex file
+        the plusarg ``+step_image=PATH`` names as the simulation starts).
 
     Attributes
     ----------
@@ -595,6 +604,7 @@ class DramModel(wiring.Component):
         for name, depth, (en, addr, wdata), reads in arrays:
             m.submodules[name] = Instance(
                 ARRAY_MODULE, p_WIDTH=s.data_bits, p_DEPTH=depth, p_AW=len(reads[0][0]), p_READS=len(reads),
+                p_LOADABLE=int(name == "array"),
                 i_clk=ClockSignal(), i_we=en, i_waddr=addr, i_wdata=wdata,
                 i_raddr=Cat(*(a for a, _ in reads)), o_rdata=Cat(*(d for _, d in reads)))
         return m

@@ -206,8 +206,10 @@ def _cycles_so_far(path: Path) -> str:
 
 
 def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
-                      waves: bool = False, short: bool = False, progress: bool = False) -> tuple[dict, float]:
+                      waves: bool = False, short: bool = False, progress: bool = False,
+                      plusargs: list | None = None) -> tuple[dict, float]:
     """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
+    ``plusargs``: the simulator's ``+name=value`` arguments.
 
     ``progress``: status lines on the terminal while it builds and runs (the test writes the cycles it has
     run to ``$STEP_HDL_PROGRESS`` now and then). Returns ``(result dict with "failures", build seconds)``.
@@ -222,7 +224,7 @@ def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: d
             with Ticker(lambda: _cycles_so_far(cycles), f"  running {toplevel} on {backend}", progress):
                 runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=bdir,
                             test_dir=tmp, results_xml=str(results_xml), timescale=TIMESCALE, waves=waves,
-                            extra_env=extra, log_file=Path(tmp) / "sim.log")
+                            extra_env=extra, log_file=Path(tmp) / "sim.log", plusargs=plusargs or [])
         except SystemExit:      # cocotb's runner exits on a failed test: its failures are in results.xml
             pass
         failures = _failures(results_xml)
