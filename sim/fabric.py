@@ -85,8 +85,8 @@ class FabricHarness(wiring.Component):
         inflight = max([self.top.unit_objs[n].params.max_inflight for n in design.mem_units] or [1])
         self.dram = DramModel(shape, max(1, len(shapes)), dram, depth, init, resp_depth=max(64, inflight),
                               port_bytes=[sh.word_bytes for sh in shapes] or None, faults=faults, array=array)
-        members = {"clk": In(1), "rst": In(1), "cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1), "done": Out(1),
-                   "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
+        members = {"clk": In(1), "rst": In(1), "cfg": In(stream.Signature(TOP_CFG_LAYOUT)), "start": In(1),
+                   "done": Out(1), "hung": Out(1), "ctr_addr": In(16), "ctr_data": Out(COUNTER_BITS),
                    "load_en": In(1), "load_addr": In(range(depth)), "load_data": In(shape.data_bits),
                    "peek_addr": In(range(depth)), "peek_data": Out(shape.data_bits)}
         if samples:
