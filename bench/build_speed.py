@@ -1,6 +1,7 @@
 """How long a fabric takes to become a simulation: Verilog, Verilator build, cycles per second, with one
 Verilog module per unit instance (the old way) beside one per distinct unit design (``mapper/shared.py``),
-at the C++ optimization the flow chooses and at full optimization (``-O2``).
+at the C++ optimization the flow chooses, at full C++ optimization (``-O2``) and with Verilator's own slow
+optimizations on top (``-O3``; ``$STEP_HDL_VERILATOR_OPT``).
 
     python bench/build_speed.py [--workloads moe [gqa swiglu]] [--no-rtl] [--json PATH]
 
@@ -27,7 +28,7 @@ WORKLOADS = {"moe": ["build", "moe"], "gqa": ["build", "gqa"],
              "swiglu": ["build", "swiglu", "--batch", "16", "--hidden", "64", "--inter", "128", "--tile-b", "8",
                         "--tile-inter", "32"]}
 #: (label, shared modules, $STEP_HDL_VERILATOR_OPT)
-WAYS = (("per instance", False, ""), ("shared", True, ""), ("shared -O2", True, "-O2"))
+WAYS = (("per instance", False, ""), ("shared", True, ""), ("shared -O2", True, "-O2"), ("shared -O3", True, "-O3"))
 
 
 def measure(workload: str, shared: bool, rtl: bool) -> dict:
@@ -73,7 +74,7 @@ def child(workload: str, shared: bool, opt: str, rtl: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", nargs="+", default=["moe"], choices=tuple(WORKLOADS),
-                    help="default: moe, the 8-expert MoE fabric (about 15 minutes for both ways)")
+                    help="default: moe, the 8-expert MoE fabric (about 30 minutes for the four ways)")
     ap.add_argument("--no-rtl", action="store_true", help="Verilog only: no Verilator build and run")
     ap.add_argument("--json", metavar="PATH", help="write the measurements here")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)

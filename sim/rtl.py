@@ -83,14 +83,23 @@ def module_instances(verilog_text: str) -> int:
     return len(re.findall(r"^\s+\S+\s+\S+\s+\($", verilog_text, re.M))
 
 
+#: the levels ``$STEP_HDL_VERILATOR_OPT`` may name: the C++ compiler's ``-O0`` .. ``-O2``, and ``-O3``,
+#: Verilator's own slow optimizations (``verilator -O3``) on top of C++ ``-O2``
+VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
+
+
 def verilator_opt(verilog_text: str, short: bool = False) -> str:
-    """C++ optimization level of a Verilator build: ``-O2`` (faster simulation) for a fabric of tens of
-    units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances: the 8-expert MoE
-    fabric, 349 units; at ``-O2`` its C++ takes 220 s to compile and runs 8,177 cycles/s, at ``-O0`` 108 s and
-    1,926 cycles/s, for a run of 7,728 cycles, ``bench/build_speed.py``). ``$STEP_HDL_VERILATOR_OPT`` overrides
-    (``-O2`` for a long run)."""
-    if os.environ.get("STEP_HDL_VERILATOR_OPT"):
-        return os.environ["STEP_HDL_VERILATOR_OPT"]
+    """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O2`` (faster simulation) for
+    a fabric of tens of units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances:
+    the 8-expert MoE fabric, 349 units, builds in 108 s and runs 1,926 cycles/s at ``-O0``, 220 s and 8,177
+    at ``-O2``, for a run of 7,728 cycles, ``bench/build_speed.py``). ``$STEP_HDL_VERILATOR_OPT`` overrides:
+    ``-O2`` or ``-O3`` for a long run."""
+    env = os.environ.get("STEP_HDL_VERILATOR_OPT", "")
+    if env:
+        if env not in VERILATOR_OPT_LEVELS:
+            raise RtlError(f"$STEP_HDL_VERILATOR_OPT must be one of {', '.join(VERILATOR_OPT_LEVELS)}, "
+                           f"got {env!r}")
+        return env
     if short:       # a unit scenario: hundreds of cycles, where the compile is all the time (9.5 -> 6 s a unit)
         return "-O0"
     return "-O0" if module_instances(verilog_text) > BIG_DESIGN_INSTANCES else "-O2"
@@ -154,6 +163,8 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # signal got its default value before the case) and an always block of constants are not faults
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
                       "-Wno-ALWNEVER"]
+        if opt == "-O3":        # Verilator's own slow optimizations; the C++ at its -O2
+            build_args.append("-O3")
         vlt = public_ports(verilog_text, toplevel)
     else:
         import shutil
@@ -184,7 +195,8 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     t0 = time.time()
     flags = os.environ.get("MAKEFLAGS", "")
     if backend == "verilator":        # the runner calls make itself (with the environment it is created in)
-        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}".strip()
+        cxx = "-O2" if opt == "-O3" else opt
+        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={cxx} OPT_SLOW={cxx} OPT_GLOBAL={cxx}".strip()
     runner = cocotb_runner(backend)
     started = time.time()
     stage = (lambda: _build_stage(bdir, started)) if backend == "verilator" else (lambda: "")

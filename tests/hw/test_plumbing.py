@@ -156,3 +156,23 @@ def test_missing_simulator_is_a_clear_error(monkeypatch):
         run_scenario(Queue(FMT.layout, 2), Scenario({"i": [1 << DONE_BIT]}, {"o": DONE_BIT}), "icarus", "q")
     with pytest.raises(Exception, match="unknown simulation back-end 'xsim'"):
         run_scenario(Queue(FMT.layout, 2), Scenario({"i": [1 << DONE_BIT]}, {"o": DONE_BIT}), "xsim", "q")
+
+
+def test_verilator_optimization_level_from_the_environment(monkeypatch, tmp_path):
+    """``$STEP_HDL_VERILATOR_OPT=-O3`` adds Verilator's own slow optimizations to a C++ build at -O2; a level
+    it does not know is refused before anything is built."""
+    from step_hdl.sim.rtl import RtlError
+    monkeypatch.setenv("STEP_HDL_BUILD", str(tmp_path))
+    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O4")
+    scenario = Scenario({"i": [1, 2, 1 << DONE_BIT]}, {"o": DONE_BIT}, p_gap=0, p_drop=0)
+    with pytest.raises(RtlError, match=r"\$STEP_HDL_VERILATOR_OPT must be one of -O0, -O1, -O2, -O3, got '-O4'"):
+        run_scenario(Queue(FMT.layout, 2), scenario, "verilator", "q")
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O3")
+    out, _ = run_scenario(Queue(FMT.layout, 2), scenario, "verilator", "q")
+    assert out["o"] == [1, 2, 1 << DONE_BIT]
+    bdir = next(tmp_path.glob("q-verilator-*"))
+    command = next(ln for ln in (bdir / "Vtop__verFiles.dat").read_text().splitlines() if ln.startswith("C "))
+    assert " -O3 " in command          # Verilator's own command line, as it records it
+    compiles = [ln for ln in (bdir / "build.log").read_text().splitlines() if " -c -o " in ln]
+    assert compiles and all(" -O2 " in f"{c} " and " -O3 " not in c for c in compiles)
