@@ -139,6 +139,30 @@ def test_synth_command_line():
     assert (args.workload, args.tile, args.dtype, args.no_place) == ("Map[matmul]", 2, "int8", True)
 
 
+def test_placer_and_router_reach_nextpnr_ecp5_only(capsys):
+    """``--placer``/``--router`` choose nextpnr-ecp5's; with the Gowin target they are refused (exit 2) instead of
+    being silently ignored, and an unknown placer is argparse's error."""
+    from step_hdl.cli import main, parser
+    args = parser().parse_args(["synth", "Queue", "--placer", "static", "--router", "router2"])
+    assert (args.placer, args.router) == ("static", "router2")
+    assert main(["synth", "Queue", "--target", "gw2a-18", "--placer", "static"]) == 2
+    assert capsys.readouterr().err.strip() == ("step-hdl: error: StepError: --placer chooses nextpnr-ecp5's placer; "
+                                               "--target gw2a-18 has its own flow (docs/fpga.md): leave it out")
+    assert main(["synth", "Queue", "--target", "gw2a-18", "--router", "router1"]) == 2
+    assert "--router chooses nextpnr-ecp5's router" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["synth", "Queue", "--placer", "fast"])
+    assert exc.value.code == 2
+    assert "argument --placer: invalid choice: 'fast' (choose from 'heap', 'sa', 'static')" in capsys.readouterr().err
+
+
+@pytest.mark.synth      # nextpnr's first start on a fresh machine compiles its WebAssembly
+def test_the_placer_chosen_is_the_one_nextpnr_runs(tmp_path):
+    from step_hdl.cli import main
+    assert main(["synth", "Queue", "--placer", "static", "--workdir", str(tmp_path), "--json"]) == 0
+    assert "Running Static placer" in (tmp_path / "nextpnr.log").read_text()
+
+
 def test_classic_abc_maps_a_unit_too(tmp_path):
     """``lut_mapper="abc"`` (the float units' fallback where ABC9 runs for hours) maps the same unit to LUTs
     with the same flip-flops; an unknown mapper is named."""
