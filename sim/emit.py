@@ -16,10 +16,11 @@ Files written (``docs/architecture.md`` describes them):
     the mapping report (node -> unit, FIFO depths, tensor addresses, metrics);
 ``lowered.dot``
     the lowered graph;
-``test_fabric.py``, ``job.json``, ``run.py``
+``test_fabric.py``, ``job.json``, ``image.hex``, ``run.py``
     the standalone cocotb testbench: ``python run.py [--sim verilator|icarus]``
-    loads the inputs, runs to ``done``, compares every output word with the
-    expected outputs and exits non-zero on a mismatch.
+    starts the DRAM model's word array from ``image.hex`` (the inputs, a word
+    per line, named to the simulator by ``+step_image=PATH``), runs to ``done``,
+    compares every output word with the expected outputs and exits non-zero on a mismatch.
 
 and ``.step-hdl-build``, which marks the folder as one ``build`` wrote: a later
 build writes into an empty folder or one it wrote, never over a user's files
@@ -36,6 +37,7 @@ from step_hdl.errors import OutputError
 from step_hdl.mapper.design import buffer_bytes, built_units
 from step_hdl.mapper.top import FabricTop
 
+from .dram import IMAGE_PLUSARG
 from .dram_timing import DRAM_PRESETS
 from .fabric import unit_modules, verilog_for
 from .rtl import to_verilog
@@ -92,6 +94,7 @@ def main():
     try:
         runner.test(test_module="test_fabric", hdl_toplevel=TOP, build_dir=build_dir, test_dir=HERE,
                     results_xml=str(xml), timescale=("1ns", "1ps"), waves=args.waves, log_file=log,
+                    plusargs=[f"+{plusarg}={{HERE / 'image.hex'}}"],
                     extra_env={{"STEP_HDL_JOB": str(HERE / "job.json"), "STEP_HDL_RESULT": str(result)}})
     except SystemExit:      # cocotb's runner exits on a failed test: the failures are in the results file
         pass
@@ -113,7 +116,7 @@ if __name__ == "__main__":
 
 #: every file :func:`build` writes (and :data:`MARKER`)
 FILES = ("top.v", "harness.v", "config.json", "fabric.json", "design.json", "mapping.json", "lowered.dot",
-         "test_fabric.py", "job.json", "run.py")
+         "test_fabric.py", "job.json", "image.hex", "run.py")
 #: the file that marks a folder as one :func:`build` wrote, which a later build may write again
 MARKER = ".step-hdl-build"
 
@@ -155,8 +158,11 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = Fal
                                               f"{top_name}_top") + unit_text)
     # the cocotb test module, copied as a file (importing it would import cocotb)
     shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
-    (out / "job.json").write_text(json.dumps(prep.job(with_expected=True)))
-    (out / "run.py").write_text(RUNNER.format(top=top_name))
+    # the word array starts from the image file (sim.dram.ARRAY_VERILOG), not a word a cycle through the backdoor
+    job = prep.job(with_expected=True)
+    (out / "image.hex").write_text("".join(f"{w}\n" for w in job["image"]))
+    (out / "job.json").write_text(json.dumps({**job, "image": []}))
+    (out / "run.py").write_text(RUNNER.format(top=top_name, plusarg=IMAGE_PLUSARG))
     (out / "fabric.json").write_text(design.fabric.dumps())
     (out / "design.json").write_text(json.dumps(design.to_json(), indent=1))
     report = mapping_report(prep, top_name, dram_p)

@@ -178,8 +178,11 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(reduced_sw
     out = tmp_path / "tb"
     report = build(prep := preps[SWEEP.index((8, 16))], out)
     for f in ("top.v", "harness.v", "config.json", "fabric.json", "design.json", "mapping.json", "lowered.dot",
-              "test_fabric.py", "job.json", "run.py"):
+              "test_fabric.py", "job.json", "image.hex", "run.py"):
         assert (out / f).stat().st_size > 0, f
+    # the inputs start in the DRAM model's word array from the file, not through the backdoor
+    assert (out / "image.hex").read_text().split() == prep.job()["image"]
+    assert json.loads((out / "job.json").read_text())["image"] == []
     assert report["key"] == prep.design.key() and report["reference_offchip_bytes"] == 7424
     # the binding's fit check, in the report: every kind the graph uses, within what the fabric has
     assert report["fabric_units"]["Map"] == {"used": 6, "available": prep.design.fabric.units["Map"]}
