@@ -387,9 +387,9 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         the 83 %-full SwiGLU fabric in 19 minutes.
     placer : str, optional
         nextpnr's placer (``heap``, ``sa``, ``static``); default nextpnr's own
-        (HeAP). On the SwiGLU fabric ``static`` gave a 17 % higher Fmax and
-        half the routing time (``docs/fpga.md``); it is not the default, which
-        is what the end-to-end acceptance run measured.
+        (HeAP). On the SwiGLU acceptance fabric ``static`` placed an older
+        netlist with less wirelength and a higher Fmax, but today's at 44.7
+        MHz against HeAP's 47.8 (``docs/fpga.md``).
     progress : callable, optional
         Called with one-line progress messages.
     yosys_timeout_s : float, optional

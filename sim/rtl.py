@@ -91,9 +91,9 @@ VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 def verilator_opt(verilog_text: str, short: bool = False) -> str:
     """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O2`` (faster simulation) for
     a fabric of tens of units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances:
-    the 8-expert MoE fabric, 349 units, builds in 108 s and runs 1,926 cycles/s at ``-O0``, 220 s and 8,177
-    at ``-O2``, for a run of 7,728 cycles, ``bench/build_speed.py``). ``$STEP_HDL_VERILATOR_OPT`` overrides:
-    ``-O2`` or ``-O3`` for a long run."""
+    the 8-expert MoE fabric, 349 units, builds in 149 s and runs 1,883 cycles/s at ``-O0``, 301 s and 8,436
+    at ``-O2``, 668 s and 11,654 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``).
+    ``$STEP_HDL_VERILATOR_OPT`` overrides: ``-O2`` or ``-O3`` for a run of millions of cycles."""
     env = os.environ.get("STEP_HDL_VERILATOR_OPT", "")
     if env:
         if env not in VERILATOR_OPT_LEVELS:
