@@ -88,12 +88,20 @@ def module_instances(verilog_text: str) -> int:
 VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
 
-def verilator_opt(verilog_text: str, short: bool = False) -> str:
+#: a run of a big fabric (:data:`BIG_DESIGN_INSTANCES`) expected to take at least this many cycles gets a
+#: ``-O2`` build: on the 8-expert MoE fabric (``bench/build_speed.py``) ``-O2`` took 152 s more to build
+#: (301 against 149 s) and ran 8,436 cycles/s against 1,883, so it pays from about 370,000 cycles on
+LONG_RUN_CYCLES = 400_000
+
+
+def verilator_opt(verilog_text: str, short: bool = False, cycles: int | None = None) -> str:
     """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O2`` (faster simulation) for
     a fabric of tens of units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances:
     the 8-expert MoE fabric, 349 units, builds in 149 s and runs 1,883 cycles/s at ``-O0``, 301 s and 8,436
-    at ``-O2``, 668 s and 11,654 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``).
-    ``$STEP_HDL_VERILATOR_OPT`` overrides: ``-O2`` or ``-O3`` for a run of millions of cycles."""
+    at ``-O2``, 668 s and 11,654 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``) unless the
+    run is expected to take ``cycles`` >= :data:`LONG_RUN_CYCLES` (the approximate model's estimate), where
+    ``-O2`` pays for its longer build. ``$STEP_HDL_VERILATOR_OPT`` overrides: ``-O3`` for a run of tens of
+    millions of cycles."""
     env = os.environ.get("STEP_HDL_VERILATOR_OPT", "")
     if env:
         if env not in VERILATOR_OPT_LEVELS:
@@ -102,7 +110,9 @@ def verilator_opt(verilog_text: str, short: bool = False) -> str:
         return env
     if short:       # a unit scenario: hundreds of cycles, where the compile is all the time (9.5 -> 6 s a unit)
         return "-O0"
-    return "-O0" if module_instances(verilog_text) > BIG_DESIGN_INSTANCES else "-O2"
+    if module_instances(verilog_text) <= BIG_DESIGN_INSTANCES:
+        return "-O2"
+    return "-O2" if cycles is not None and cycles >= LONG_RUN_CYCLES else "-O0"
 
 
 def cocotb_runner(backend: str):
@@ -151,14 +161,15 @@ def _build_stage(bdir: Path, since: float) -> str:
 
 
 def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False,
-                 short: bool = False, progress: bool = False):
+                 short: bool = False, progress: bool = False, cycles: int | None = None):
     """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``.
-    ``progress``: a status line on the terminal while it builds (its stage and the time so far)."""
+    ``progress``: a status line on the terminal while it builds (its stage and the time so far). ``cycles``:
+    how long the run is expected to be, if known (:func:`verilator_opt`)."""
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
     if backend == "verilator":
         setup_verilator()
-        opt = verilator_opt(verilog_text, short)
+        opt = verilator_opt(verilog_text, short, cycles)
         # Amaranth's Verilog: widths it extends or truncates on purpose, a case without a default arm (the
         # signal got its default value before the case) and an always block of constants are not faults
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
@@ -220,14 +231,15 @@ def _cycles_so_far(path: Path) -> str:
 
 def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
                       waves: bool = False, short: bool = False, progress: bool = False,
-                      plusargs: list | None = None) -> tuple[dict, float]:
+                      plusargs: list | None = None, cycles: int | None = None) -> tuple[dict, float]:
     """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
-    ``plusargs``: the simulator's ``+name=value`` arguments.
+    ``plusargs``: the simulator's ``+name=value`` arguments; ``cycles``: the run's expected length, if known
+    (:func:`verilator_opt`).
 
     ``progress``: status lines on the terminal while it builds and runs (the test writes the cycles it has
     run to ``$STEP_HDL_PROGRESS`` now and then). Returns ``(result dict with "failures", build seconds)``.
     """
-    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress)
+    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress, cycles)
     with tempfile.TemporaryDirectory(dir=bdir) as tmp:
         res = Path(tmp) / "result.json"
         results_xml = Path(tmp) / "results.xml"
