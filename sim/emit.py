@@ -39,7 +39,7 @@ from step_hdl.mapper.top import FabricTop
 
 from .dram import IMAGE_PLUSARG
 from .dram_timing import DRAM_PRESETS
-from .fabric import unit_modules, verilog_for
+from .fabric import unit_modules, verilog_for, write_image
 from .rtl import to_verilog
 
 RUNNER = '''\
@@ -160,7 +160,7 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = Fal
     shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
     # the word array starts from the image file (sim.dram.ARRAY_VERILOG), not a word a cycle through the backdoor
     job = prep.job(with_expected=True)
-    (out / "image.hex").write_text("".join(f"{w}\n" for w in job["image"]))
+    write_image(out / "image.hex", job["image"])
     (out / "job.json").write_text(json.dumps({**job, "image": []}))
     (out / "run.py").write_text(RUNNER.format(top=top_name, plusarg=IMAGE_PLUSARG))
     (out / "fabric.json").write_text(design.fabric.dumps())

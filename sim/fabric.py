@@ -494,6 +494,12 @@ def _source_fingerprint() -> str:
     return fingerprint(GENERATOR_MODULES)
 
 
+def write_image(path: Path, words) -> None:
+    """The DRAM model's word array image at ``path``: a hex word a line, as :data:`~step_hdl.sim.dram.ARRAY_VERILOG`
+    reads it (``$readmemh``) from the file the plusarg ``+step_image=PATH`` names."""
+    path.write_text("".join(f"{w}\n" for w in words))
+
+
 def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0),
                 shared=True, expected_cycles=None):
     from .rtl import run_cocotb_module
@@ -509,7 +515,7 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
         # loaded through the backdoor, a word a cycle with the whole fabric simulated in each, the 8-expert
         # MoE fabric's 12,808 words took longer than its 7,728-cycle run
         image = Path(tmp) / "image.hex"
-        image.write_text("".join(f"{w}\n" for w in spec["image"]))
+        write_image(image, spec["image"])
         spec["image"] = []
         job.write_text(json.dumps(spec))
         res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
