@@ -4,11 +4,11 @@ Self-contained (cocotb and the standard library only): ``step-hdl build`` copies
 this file next to the Verilog as the standalone testbench, and
 :mod:`step_hdl.sim.fabric` runs it under the cocotb runner.
 
-The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
+The memory image is not in the job: the DRAM model's word array reads it from the hex
+file the simulator's plusarg ``+step_image=PATH`` names as the simulation starts
+(``sim.dram.ARRAY_VERILOG``). The job file (``$STEP_HDL_JOB``, default ``job.json``
+beside this file) gives
 
-* ``image``: memory words (hex strings) loaded through the DRAM model's backdoor
-  port, one per cycle, before reset is released into the run (``step-hdl sim`` gives
-  none here: its simulator reads them from a file as it starts, ``sim.dram.ARRAY_VERILOG``);
 * ``config``: top-level configuration writes (``addr | data << 24``);
 * ``counters``: counter names, read back after the run through ``ctr_addr``;
 * ``outputs``: ``{name: [first word, word count]}`` regions read back through
@@ -18,7 +18,7 @@ The job file (``$STEP_HDL_JOB``, default ``job.json`` beside this file) gives
 * ``sample_every`` (a build with the counter sampler): the sampling interval, set
   before the run; the rows are read back through ``smp_addr`` afterwards.
 
-The clock and the DRAM model run in the simulator; Python only loads,
+The clock and the DRAM model run in the simulator; Python only
 configures, waits for ``done`` or ``hung`` and reads back. Results go to
 ``$STEP_HDL_RESULT`` (JSON) when set; ``$STEP_HDL_PROGRESS`` names a file the
 test writes the cycles run so far to, every :data:`CHUNK` cycles.
@@ -67,13 +67,6 @@ async def run_fabric(dut):
     await ClockCycles(dut.clk, 2)
     await FallingEdge(dut.clk)
     dut.rst.value = 0
-    # backdoor load, one word per cycle
-    dut.load_en.value = 1
-    for k, word in enumerate(job["image"]):
-        dut.load_addr.value = k
-        dut.load_data.value = int(word, 16)
-        await FallingEdge(dut.clk)
-    dut.load_en.value = 0
     dut.cfg__valid.value = 1
     for word in job["config"]:
         dut.cfg__payload.value = word

@@ -160,8 +160,8 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = Fal
     shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
     # the word array starts from the image file (sim.dram.ARRAY_VERILOG), not a word a cycle through the backdoor
     job = prep.job(with_expected=True)
-    write_image(out / "image.hex", job["image"])
-    (out / "job.json").write_text(json.dumps({**job, "image": []}))
+    write_image(out / "image.hex", job.pop("image"))
+    (out / "job.json").write_text(json.dumps(job))
     (out / "run.py").write_text(RUNNER.format(top=top_name, plusarg=IMAGE_PLUSARG))
     (out / "fabric.json").write_text(design.fabric.dumps())
     (out / "design.json").write_text(json.dumps(design.to_json(), indent=1))

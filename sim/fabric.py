@@ -515,8 +515,7 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
         # loaded through the backdoor, a word a cycle with the whole fabric simulated in each, the 8-expert
         # MoE fabric's 12,808 words took longer than its 7,728-cycle run
         image = Path(tmp) / "image.hex"
-        write_image(image, spec["image"])
-        spec["image"] = []
+        write_image(image, spec.pop("image"))
         job.write_text(json.dumps(spec))
         res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
                                          backend, waves, progress=progress,

@@ -339,11 +339,10 @@ def cmd_sim(args) -> int:
         write(args.report, render(data), args.force, "-o" if args.command == "report" else "--report")
         report["report"] = args.report
     if not getattr(args, "no_model", False):
-        m = m0
-        report["model_cycles"] = m.cycles
-        report["model_error"] = round((m.cycles - res.cycles) / max(1, res.cycles), 4)
+        report["model_cycles"] = m0.cycles
+        report["model_error"] = round((m0.cycles - res.cycles) / max(1, res.cycles), 4)
         # the bound's counts (matmul FLOPs, bytes, requests per port) are the program's, whoever ran it
-        report["bound"] = m.bound.to_json(res.cycles)
+        report["bound"] = m0.bound.to_json(res.cycles)
         report["model_wall_s"] = round(model_s, 3)
     if args.json:
         print(json.dumps(report, indent=1))

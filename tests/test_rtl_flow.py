@@ -182,7 +182,7 @@ def test_build_writes_a_standalone_testbench_that_fails_on_a_mismatch(reduced_sw
         assert (out / f).stat().st_size > 0, f
     # the inputs start in the DRAM model's word array from the file, not through the backdoor
     assert (out / "image.hex").read_text().split() == prep.job()["image"]
-    assert json.loads((out / "job.json").read_text())["image"] == []
+    assert "image" not in json.loads((out / "job.json").read_text())
     assert report["key"] == prep.design.key() and report["reference_offchip_bytes"] == 7424
     # the binding's fit check, in the report: every kind the graph uses, within what the fabric has
     assert report["fabric_units"]["Map"] == {"used": 6, "available": prep.design.fabric.units["Map"]}
