@@ -89,16 +89,17 @@ VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
 
 #: a run of a big fabric (:data:`BIG_DESIGN_INSTANCES`) expected to take at least this many cycles gets a
-#: ``-O2`` build: on the 8-expert MoE fabric (``bench/build_speed.py``) ``-O2`` took 152 s more to build
-#: (301 against 149 s) and ran 8,436 cycles/s against 1,883, so it pays from about 370,000 cycles on
+#: ``-O2`` build: on the 8-expert MoE fabric (``bench/build_speed.py``, commit 67c9afa) ``-O2`` took 136 s
+#: more to build (254 against 118 s) and ran 10,302 cycles/s against 1,793, so it pays from about 300,000
+#: cycles on (370,000 at commit 25b6200, before the testbench's clock moved out of Python)
 LONG_RUN_CYCLES = 400_000
 
 
 def verilator_opt(verilog_text: str, short: bool = False, cycles: int | None = None) -> str:
     """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O2`` (faster simulation) for
     a fabric of tens of units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances:
-    the 8-expert MoE fabric, 349 units, builds in 149 s and runs 1,883 cycles/s at ``-O0``, 301 s and 8,436
-    at ``-O2``, 668 s and 11,654 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``) unless the
+    the 8-expert MoE fabric, 349 units, builds in 118 s and runs 1,793 cycles/s at ``-O0``, 254 s and 10,302
+    at ``-O2``, 548 s and 10,692 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``) unless the
     run is expected to take ``cycles`` >= :data:`LONG_RUN_CYCLES` (the approximate model's estimate), where
     ``-O2`` pays for its longer build. ``$STEP_HDL_VERILATOR_OPT`` overrides: ``-O3`` for a run of tens of
     millions of cycles."""
