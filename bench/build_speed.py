@@ -1,9 +1,11 @@
 """How long a fabric takes to become a simulation: Verilog, Verilator build, cycles per second, with one
 Verilog module per unit instance (the old way) beside one per distinct unit design (``mapper/shared.py``),
-at the C++ optimization the flow chooses, at full C++ optimization (``-O2``) and with Verilator's own slow
-optimizations on top (``-O3``; ``$STEP_HDL_VERILATOR_OPT``).
+at the C++ optimization the flow chooses, at full C++ optimization (``-O2``), with Verilator's own slow
+optimizations on top (``-O3``) and compiled twice, the second time guided by the profile of the first run
+(``pgo``; ``$STEP_HDL_VERILATOR_OPT``).
 
-    python bench/build_speed.py [--workloads moe [gqa swiglu]] [--no-rtl] [--repeat N] [--json PATH]
+    python bench/build_speed.py [--workloads moe [gqa swiglu]] [--ways WAY ...] [--no-rtl] [--repeat N]
+                                [--json PATH]
 
 By default the 8-expert MoE fabric (349 units); each workload with the command line's default options (``step-hdl build <workload>``; ``swiglu`` at the
 README's quick-start sizes). Each measurement runs in a child process of its own with an empty build cache
@@ -28,7 +30,8 @@ WORKLOADS = {"moe": ["build", "moe"], "gqa": ["build", "gqa"],
              "swiglu": ["build", "swiglu", "--batch", "16", "--hidden", "64", "--inter", "128", "--tile-b", "8",
                         "--tile-inter", "32"]}
 #: (label, shared modules, $STEP_HDL_VERILATOR_OPT)
-WAYS = (("per instance", False, ""), ("shared", True, ""), ("shared -O2", True, "-O2"), ("shared -O3", True, "-O3"))
+WAYS = (("per instance", False, ""), ("shared", True, ""), ("shared -O2", True, "-O2"), ("shared -O3", True, "-O3"),
+        ("shared pgo", True, "pgo"))
 
 
 def measure(workload: str, shared: bool, rtl: bool, repeat: int = 1) -> dict:
@@ -51,7 +54,10 @@ def measure(workload: str, shared: bool, rtl: bool, repeat: int = 1) -> dict:
            "verilator_opt": verilator_opt(text)}
     if rtl:
         res = run_rtl(prep, "verilator", args.dram, shared=shared)
-        runs = [res] + [run_rtl(prep, "verilator", args.dram, shared=shared) for _ in range(repeat - 1)]
+        # a pgo build's first run is its instrumented profiling run: it does not count
+        profiling = verilator_opt(text) == "pgo"
+        runs = [res] * (not profiling) + [run_rtl(prep, "verilator", args.dram, shared=shared)
+                                          for _ in range(repeat - (not profiling))]
         if len({(r.cycles, r.outputs_match) for r in runs}) > 1:
             raise SystemExit(f"the runs of one build differ: {[(r.cycles, r.outputs_match) for r in runs]}")
         best = min(runs, key=lambda r: r.run_s)
@@ -88,6 +94,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5, metavar="N",
                     help="runs of each built simulator; the fastest counts, the median is reported beside it "
                          "(default: 5)")
+    ap.add_argument("--ways", nargs="+", default=[w[0] for w in WAYS], choices=[w[0] for w in WAYS],
+                    metavar="WAY", help=f"the ways to measure (default: all: {', '.join(w[0] for w in WAYS)}); "
+                                        "the first is the base of the ratios")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.repeat < 1:
@@ -99,7 +108,7 @@ def main(argv=None) -> int:
     results = {}
     for wl in args.workloads:
         results[wl] = {}
-        for label, shared, opt in WAYS:
+        for label, shared, opt in sorted((w for w in WAYS if w[0] in args.ways), key=lambda w: args.ways.index(w[0])):
             if opt and args.no_rtl:
                 continue            # the same Verilog as "shared"
             print(f"{wl}: {label} ...", file=sys.stderr, flush=True)

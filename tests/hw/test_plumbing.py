@@ -165,7 +165,7 @@ def test_verilator_optimization_level_from_the_environment(monkeypatch, tmp_path
     monkeypatch.setenv("STEP_HDL_BUILD", str(tmp_path))
     monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O4")
     scenario = Scenario({"i": [1, 2, 1 << DONE_BIT]}, {"o": DONE_BIT}, p_gap=0, p_drop=0)
-    with pytest.raises(RtlError, match=r"\$STEP_HDL_VERILATOR_OPT must be one of -O0, -O1, -O2, -O3, got '-O4'"):
+    with pytest.raises(RtlError, match=r"\$STEP_HDL_VERILATOR_OPT must be one of -O0, -O1, -O2, -O3, pgo, got '-O4'"):
         run_scenario(Queue(FMT.layout, 2), scenario, "verilator", "q")
     assert not list(tmp_path.iterdir())
     monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O3")
@@ -176,6 +176,27 @@ def test_verilator_optimization_level_from_the_environment(monkeypatch, tmp_path
     assert " -O3 " in command          # Verilator's own command line, as it records it
     compiles = [ln for ln in (bdir / "build.log").read_text().splitlines() if " -c -o " in ln]
     assert compiles and all(" -O2 " in f"{c} " and " -O3 " not in c for c in compiles)
+
+
+def test_a_profile_guided_build_profiles_its_first_run_and_is_rebuilt_from_it(monkeypatch, tmp_path):
+    """``$STEP_HDL_VERILATOR_OPT=pgo``: the first run is on an instrumented simulator and gives its result like
+    any run; its profile then rebuilds the simulator, which the next run uses as it is, with the same tokens."""
+    monkeypatch.setenv("STEP_HDL_BUILD", str(tmp_path))
+    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "pgo")
+    scenario = Scenario({"i": [1, 2, 1 << DONE_BIT]}, {"o": DONE_BIT}, p_gap=0, p_drop=0)
+    out, _ = run_scenario(Queue(FMT.layout, 2), scenario, "verilator", "q")
+    assert out["o"] == [1, 2, 1 << DONE_BIT]
+    bdir = next(tmp_path.glob("q-verilator-*"))
+    assert (bdir / "pgo.done").exists() and not (bdir / "pgo.pending").exists()
+    assert list(bdir.glob("*.gcda"))                    # the profile the first run wrote
+    generate = [ln for ln in (bdir / "build.log").read_text().splitlines() if " -c -o " in ln]
+    use = [ln for ln in (bdir / "pgo.log").read_text().splitlines() if " -c -o " in ln]
+    assert generate and all("-fprofile-generate" in c for c in generate)
+    assert use and all("-fprofile-use" in c for c in use)
+    simulator = next(f for f in bdir.iterdir() if f.name.startswith("q") and f.suffix == "" and f.is_file())
+    built = simulator.stat().st_mtime
+    again, _ = run_scenario(Queue(FMT.layout, 2), scenario, "verilator", "q")
+    assert again["o"] == out["o"] and simulator.stat().st_mtime == built
 
 
 def test_a_long_run_of_a_big_fabric_gets_an_optimized_build(monkeypatch):
