@@ -7,12 +7,13 @@ optimizations on top (``-O3``) and compiled twice, the second time guided by the
     python bench/build_speed.py [--workloads moe [gqa swiglu]] [--ways WAY ...] [--no-rtl] [--repeat N]
                                 [--json PATH]
 
-By default the 8-expert MoE fabric (349 units); each workload with the command line's default options (``step-hdl build <workload>``; ``swiglu`` at the
-README's quick-start sizes). Each measurement runs in a child process of its own with an empty build cache
-(``$STEP_HDL_BUILD``), so nothing is reused between the two ways and the child's peak memory is its own.
-Per workload and way: the Verilog's generation time, peak memory, lines and modules; with RTL (default) the
-Verilator build's time and C++ optimization level, the run's cycles, whether the outputs match, and the
-simulated cycles per second (the fastest run and the median). The ratios (per instance / shared) are printed side by side.
+By default the 8-expert MoE fabric (349 units); each workload with the command line's default options
+(``step-hdl build <workload>``; ``swiglu`` at the README's quick-start sizes). Each measurement runs in a child
+process of its own with an empty build cache (``$STEP_HDL_BUILD``), so nothing is reused between the ways and
+the child's peak memory is its own. Per workload and way: the Verilog's generation time, peak memory, lines
+and modules; with RTL (default) the Verilator build's time and C++ optimization level, the run's cycles,
+whether the outputs match, and the simulated cycles per second (the fastest run and the median). The ratios
+against the first way are printed side by side.
 """
 
 from __future__ import annotations

@@ -245,9 +245,9 @@ def pgo_rebuild(bdir: Path, toplevel: str, waves: bool = False, progress: bool =
     ``.gcda`` file of every object); seconds taken. Nothing to do unless the folder is pending: a second
     process waiting on the folder's lock finds it done.
 
-    Measured on the 8-expert MoE fabric (349 units, 7,728 cycles): ``-O2`` about 9,800 cycles/s, ``-O3``
-    about 14,000, ``pgo`` about 28,000, ``bench/build_speed.py`` (the profile lets the compiler move the code a cycle seldom runs, the
-    taken branches of writes and of rare states, away from what it runs every cycle)."""
+    Measured on the 8-expert MoE fabric (349 units, 7,728 cycles; ``bench/build_speed.py``): ``-O2`` about
+    9,800 cycles/s, ``-O3`` about 14,000, ``pgo`` about 28,000 (the profile lets the compiler move the code a
+    cycle seldom runs, the taken branches of writes and of rare states, away from what it runs every cycle)."""
     import subprocess
     lock = open(bdir / ".lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
