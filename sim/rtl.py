@@ -296,11 +296,10 @@ def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: d
     simulator is then recompiled with the profile (its time counted in the build seconds).
     """
     runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress, cycles)
-    try:
-        out = _run_test(runner, bdir, toplevel, test_module, env, backend, waves, progress, plusargs)
-    finally:
-        if (bdir / PGO_PENDING).exists():       # also after a failed run: its profile is as good
-            build_s += pgo_rebuild(bdir, toplevel, waves, progress)
+    out = _run_test(runner, bdir, toplevel, test_module, env, backend, waves, progress, plusargs)
+    # a run whose test failed has a result and a profile as good as any; one without a result raised above
+    if (bdir / PGO_PENDING).exists():
+        build_s += pgo_rebuild(bdir, toplevel, waves, progress)
     return out, build_s
 
 
