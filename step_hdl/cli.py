@@ -354,7 +354,7 @@ def cmd_sim(args) -> int:
               f"build {res.build_s:.1f} s")
         if "model_cycles" in report:
             print(f"  approximate model: {report['model_cycles']:,} cycles ({100 * report['model_error']:+.1f} %)")
-            print("  " + _bound_line(m.bound, res.cycles))
+            print("  " + _bound_line(m0.bound, res.cycles))
         if args.waves:
             print(f"  waveforms: {report['waves']}")
         if args.report:

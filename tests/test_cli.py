@@ -1,6 +1,7 @@
 """The step-hdl command line (run in-process and once as a real subprocess)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -90,6 +91,16 @@ def test_sim_json_on_amaranth(capsys):
     assert code == 0 and piped["outputs_match"] and piped["offchip_bytes"] == rep["offchip_bytes"]
     assert rep["cycles"] < piped["cycles"] < 1.1 * rep["cycles"], (rep["cycles"], piped["cycles"])
     assert rep["model_cycles"] < piped["model_cycles"]
+
+
+def test_sim_prints_its_summary_on_amaranth(capsys):
+    """Without --json (the README's quick start prints this): the cycles, the model beside them and the bound."""
+    code, out, err = run_cli(capsys, "sim", "swiglu", "--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b",
+                             "8", "--tile-inter", "16", "--backend", "amaranth")
+    assert code == 0, err
+    assert re.search(r"^swiglu: [\d,]+ cycles \(amaranth\), outputs match the interpreter$", out, re.M), out
+    assert re.search(r"^  approximate model: [\d,]+ cycles \([+-]\d+\.\d %\)$", out, re.M), out
+    assert "busiest units: " in out and "on-chip buffers: " in out
 
 
 def test_build_writes_the_files_and_fp32_silu_is_refused(capsys, tmp_path):
