@@ -281,16 +281,13 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
 
 def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
         progress: bool = False, waves: bool = False, raise_on_hang: bool = True,
-        faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0, shared: bool = True,
-        expected_cycles: int | None = None) -> RtlResult:
+        faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0, shared: bool = True) -> RtlResult:
     """Simulate a prepared program; returns the measured :class:`RtlResult`.
 
     ``faults`` (:class:`~step_hdl.sim.faults.DramFaults`) makes the memory's latency and back-pressure random;
     the outputs must not change, the cycles do. ``samples``, ``sample_every``: the harness samples the unit
     counters every ``sample_every`` cycles into ``samples`` rows (:attr:`RtlResult.timeline`; a build of its
-    own). ``shared`` (Verilator, Icarus): one Verilog module per distinct unit design (:func:`verilog_for`).
-    ``expected_cycles``: the approximate model's cycles, if known: a big fabric's Verilator build is optimized
-    when the run is long enough to pay for it (:func:`~step_hdl.sim.rtl.verilator_opt`)."""
+    own). ``shared`` (Verilator, Icarus): one Verilog module per distinct unit design (:func:`verilog_for`)."""
     if faults is not None and not faults.any:
         faults = None
     for name, v in (("samples", samples), ("sample_every", sample_every)):
@@ -307,8 +304,7 @@ def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "pa
         return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
     if backend not in BACKENDS:
         raise RtlError(f"unknown simulation back-end {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling, shared,
-                       expected_cycles)
+    return _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling, shared)
 
 
 def _timeline(design: Design, sampling, rows: list, counters: dict) -> dict:
@@ -501,7 +497,7 @@ def write_image(path: Path, words) -> None:
 
 
 def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang, faults=None, sampling=(0, 0),
-                shared=True, expected_cycles=None):
+                shared=True):
     from .rtl import run_cocotb_module
     t0 = time.time()
     with Ticker(lambda: f"{len(prep.design.units)} units", "  generating the Verilog", progress):
@@ -519,7 +515,7 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
         job.write_text(json.dumps(spec))
         res, build_s = run_cocotb_module(text, top, "step_hdl.sim.cocotb_fabric", {"STEP_HDL_JOB": str(job)},
                                          backend, waves, progress=progress,
-                                         plusargs=[f"+{IMAGE_PLUSARG}={image}"], cycles=expected_cycles)
+                                         plusargs=[f"+{IMAGE_PLUSARG}={image}"])
     words = {k: [int(w, 16) for w in v] for k, v in res["outputs"].items()}
     wall = time.time() - t0
     out = _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,

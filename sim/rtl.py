@@ -73,19 +73,10 @@ def setup_verilator() -> Path:
     return root
 
 
-#: above this many module instances a build compiles without optimization
-BIG_DESIGN_INSTANCES = 400
-
-
-def module_instances(verilog_text: str) -> int:
-    """Module instantiations in Yosys's Verilog (``  module_name instance_name (`` lines): with one module per
-    unit design (``mapper/shared.py``) the fabric's size, which its module count no longer is."""
-    return len(re.findall(r"^\s+\S+\s+\S+\s+\($", verilog_text, re.M))
-
-
 #: the levels ``$STEP_HDL_VERILATOR_OPT`` may name: the C++ compiler's ``-O0`` .. ``-O2``; ``-O3``,
-#: Verilator's own slow optimizations (``verilator -O3``) on top of C++ ``-O2``; and ``pgo``: C++ ``-O2``
-#: guided by a profile, the first run of the build being the profiling run (:func:`pgo_rebuild`)
+#: Verilator's own slow optimizations (``verilator -O3``) on top of C++ ``-O2`` (the default); and ``pgo``:
+#: ``-O3`` with the C++ guided by a profile, the first run of the build being the profiling run
+#: (:func:`pgo_rebuild`)
 VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "pgo")
 
 #: the C++ flags of a ``pgo`` build's two compilations: instrumented, then using the profile its first run
@@ -93,34 +84,36 @@ VERILATOR_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "pgo")
 PGO_GENERATE = "-O2 -fprofile-generate"
 PGO_USE = "-O2 -fprofile-use -fprofile-correction -Wno-missing-profile"
 
+#: Verilator's ``--output-split-cfuncs``: the most statements in one generated C++ function. Unsplit, the
+#: top level's sequential logic (DRAM model, tile pool) lands in a few functions of thousands of statements,
+#: and GCC's time grows faster than a function's size: on the 8-expert MoE fabric one file of two such
+#: functions took 61 s of the C++ build's 95 (at ``-O2``), split 5 s, with the same cycles per second; and
+#: Verilator's ``-O3`` no longer costs build time (548 s before, the same as ``-O2`` since)
+SPLIT_CFUNCS = 2000
 
-#: a run of a big fabric (:data:`BIG_DESIGN_INSTANCES`) expected to take at least this many cycles gets a
-#: ``-O2`` build: on the 8-expert MoE fabric (``bench/build_speed.py``, commit 67c9afa) ``-O2`` took 136 s
-#: more to build (254 against 118 s) and ran 10,302 cycles/s against 1,793, so it pays from about 300,000
-#: cycles on (370,000 at commit 25b6200, before the testbench's clock moved out of Python)
-LONG_RUN_CYCLES = 400_000
+#: the C++ flags of Verilator's "slow" files (construction, the initial settle: code that runs once), at every
+#: level: unoptimized (and uninstrumented), 14 s of the MoE fabric's C++ build on two cores; its ``-O2``
+#: build took 189 s with them so, 227-254 s with them at ``-O2`` (before :data:`SPLIT_CFUNCS`)
+OPT_SLOW = "-O0"
 
 
-def verilator_opt(verilog_text: str, short: bool = False, cycles: int | None = None) -> str:
-    """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O2`` (faster simulation) for
-    a fabric of tens of units, ``-O0`` for a big one (more than :data:`BIG_DESIGN_INSTANCES` module instances:
-    the 8-expert MoE fabric, 349 units, builds in 118 s and runs 1,793 cycles/s at ``-O0``, 254 s and 10,302
-    at ``-O2``, 548 s and 10,692 at ``-O3``, for a run of 7,728 cycles, ``bench/build_speed.py``) unless the
-    run is expected to take ``cycles`` >= :data:`LONG_RUN_CYCLES` (the approximate model's estimate), where
-    ``-O2`` pays for its longer build. ``$STEP_HDL_VERILATOR_OPT`` overrides: ``pgo`` for a run of millions of
-    cycles (two compilations, the first run of the build, instrumented, the profiling run: :func:`pgo_rebuild`;
-    the MoE fabric about 28,000 cycles/s)."""
+def verilator_opt(short: bool = False) -> str:
+    """Optimization level of a Verilator build (:data:`VERILATOR_OPT_LEVELS`): ``-O3``, or ``-O0`` for a
+    ``short`` run (a unit scenario of hundreds of cycles, where the compile is all the time: 9.5 -> 6 s a
+    unit). Measured with ``bench/build_speed.py`` (:data:`SPLIT_CFUNCS`, :data:`OPT_SLOW`): the 8-expert MoE
+    fabric (349 units, 7,728 cycles) builds in 125 s at ``-O3`` and simulates about 13,000 cycles/s (``-O2``:
+    120 s, about 9,800); the GQA fabric 57 s for both, 59,900 cycles/s against 42,700; the quick start's
+    SwiGLU fabric 18 s, about 316,000 cycles/s at both. ``$STEP_HDL_VERILATOR_OPT`` overrides: ``pgo`` for
+    many runs of one design (a sweep's; the build's first run is its profiling run, on an instrumented
+    simulator: :func:`pgo_rebuild`; the MoE fabric builds in about 220 s, profiling run included, and
+    simulates about 30,000 cycles/s)."""
     env = os.environ.get("STEP_HDL_VERILATOR_OPT", "")
     if env:
         if env not in VERILATOR_OPT_LEVELS:
             raise RtlError(f"$STEP_HDL_VERILATOR_OPT must be one of {', '.join(VERILATOR_OPT_LEVELS)}, "
                            f"got {env!r}")
         return env
-    if short:       # a unit scenario: hundreds of cycles, where the compile is all the time (9.5 -> 6 s a unit)
-        return "-O0"
-    if module_instances(verilog_text) <= BIG_DESIGN_INSTANCES:
-        return "-O2"
-    return "-O2" if cycles is not None and cycles >= LONG_RUN_CYCLES else "-O0"
+    return "-O0" if short else "-O3"
 
 
 def cocotb_runner(backend: str):
@@ -169,22 +162,23 @@ def _build_stage(bdir: Path, since: float) -> str:
 
 
 def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", waves: bool = False,
-                 short: bool = False, progress: bool = False, cycles: int | None = None):
+                 short: bool = False, progress: bool = False):
     """Build (cached by the Verilog's hash) a cocotb simulator; return ``(runner, build dir, seconds)``.
-    ``progress``: a status line on the terminal while it builds (its stage and the time so far). ``cycles``:
-    how long the run is expected to be, if known (:func:`verilator_opt`)."""
+    ``short``: a run of hundreds of cycles (:func:`verilator_opt`); ``progress``: a status line on the
+    terminal while it builds (its stage and the time so far)."""
     if backend not in ("verilator", "icarus"):
         raise RtlError(f"unknown RTL back-end {backend!r}; choose verilator or icarus")
     if backend == "verilator":
         setup_verilator()
-        opt = verilator_opt(verilog_text, short, cycles)
+        opt = verilator_opt(short)
         # Amaranth's Verilog: widths it extends or truncates on purpose, a case without a default arm (the
         # signal got its default value before the case) and an always block of constants are not faults
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
-                      "-Wno-ALWNEVER"]
-        if opt == "-O3":        # Verilator's own slow optimizations; the C++ at its -O2
+                      "-Wno-ALWNEVER", "--output-split-cfuncs", str(SPLIT_CFUNCS)]
+        if opt in ("-O3", "pgo"):        # Verilator's own slow optimizations; the C++ at its -O2
             build_args.append("-O3")
         vlt = public_ports(verilog_text, toplevel)
+        slow = OPT_SLOW
     else:
         import shutil
         if shutil.which("iverilog") is None:
@@ -194,10 +188,10 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # 0: under cocotb's default -g2012 a declaration's initial value raises no event, so every
         # combinational block stays X until an input changes (the last -g flag wins)
         build_args = ["-g2005"]
-        opt = vlt = None
+        opt = vlt = slow = None
     # the build flags, the C++ optimization level and waves are part of the key: a build made otherwise is
     # never reused
-    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt, vlt]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([verilog_text, build_args, waves, opt, vlt, slow]).encode()).hexdigest()[:16]
     bdir = build_root() / f"{toplevel}-{backend}-{digest}"
     bdir.mkdir(parents=True, exist_ok=True)
     # a lock per build folder: a second process (a sweep's other worker) waits for the first's build and
@@ -216,7 +210,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
     if backend == "verilator":        # the runner calls make itself (with the environment it is created in)
         cxx = {"-O3": "-O2", "pgo": PGO_GENERATE}.get(opt, opt).replace(" ", "\\ ")   # make's escaped spaces
         extra = " LIBS=-lgcov" if opt == "pgo" else ""
-        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={cxx} OPT_SLOW={cxx} OPT_GLOBAL={cxx}{extra}".strip()
+        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={cxx} OPT_SLOW={slow} OPT_GLOBAL={cxx}{extra}".strip()
     runner = cocotb_runner(backend)
     started = time.time()
     stage = (lambda: _build_stage(bdir, started)) if backend == "verilator" else (lambda: "")
@@ -245,9 +239,10 @@ def pgo_rebuild(bdir: Path, toplevel: str, waves: bool = False, progress: bool =
     ``.gcda`` file of every object); seconds taken. Nothing to do unless the folder is pending: a second
     process waiting on the folder's lock finds it done.
 
-    Measured on the 8-expert MoE fabric (349 units, 7,728 cycles; ``bench/build_speed.py``): ``-O2`` about
-    9,800 cycles/s, ``-O3`` about 14,000, ``pgo`` about 28,000 (the profile lets the compiler move the code a
-    cycle seldom runs, the taken branches of writes and of rare states, away from what it runs every cycle)."""
+    Only the optimized objects are compiled again: the slow files' (:data:`OPT_SLOW`, never instrumented) are
+    kept. Measured on the 8-expert MoE fabric (349 units, 7,728 cycles; ``bench/build_speed.py``): ``-O2``
+    about 10,000 cycles/s, ``pgo`` about 25,000 (the profile lets the compiler move the code a cycle seldom
+    runs, the taken branches of writes and of rare states, away from what it runs every cycle)."""
     import subprocess
     lock = open(bdir / ".lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -259,15 +254,16 @@ def pgo_rebuild(bdir: Path, toplevel: str, waves: bool = False, progress: bool =
             raise RtlError(f"the profiling run of {bdir} left no profile (*.gcda); delete the folder to rebuild")
         for pattern in ("*.o", "*.a", "*.gch"):
             for f in bdir.glob(pattern):
-                f.unlink()
+                if not (f.name.endswith("__Slow.o") or f.name.endswith(".slow.gch")):
+                    f.unlink()
         (bdir / toplevel).unlink(missing_ok=True)        # the simulator, linked again from the new objects
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         make = ["make", "-j", str(cores), "-C", str(bdir), "-f", "Vtop.mk", f"VM_TRACE={int(waves)}",
-                "CFG_CXXFLAGS_PCH_I=-include"] + [f"{v}={PGO_USE}" for v in ("OPT_FAST", "OPT_SLOW", "OPT_GLOBAL")]
+                "CFG_CXXFLAGS_PCH_I=-include", f"OPT_SLOW={OPT_SLOW}", f"OPT_FAST={PGO_USE}", f"OPT_GLOBAL={PGO_USE}"]
         with Ticker(lambda: _build_stage(bdir, t0), "  recompiling with the profile", progress), \
                 open(bdir / "pgo.log", "w") as log:
             # the precompiled headers first: the objects do not depend on them in the generated makefile
-            for target in (["Vtop__pch.h.fast.gch", "Vtop__pch.h.slow.gch"], []):
+            for target in (["Vtop__pch.h.fast.gch"], []):
                 r = subprocess.run(make + target, stdout=log, stderr=subprocess.STDOUT)
                 if r.returncode:
                     raise RtlError(f"the profile-guided rebuild of {bdir} failed; log {bdir / 'pgo.log'}")
@@ -285,17 +281,16 @@ def _cycles_so_far(path: Path) -> str:
 
 def run_cocotb_module(verilog_text: str, toplevel: str, test_module: str, env: dict, backend: str = "verilator",
                       waves: bool = False, short: bool = False, progress: bool = False,
-                      plusargs: list | None = None, cycles: int | None = None) -> tuple[dict, float]:
+                      plusargs: list | None = None) -> tuple[dict, float]:
     """Build (cached) and run cocotb test module ``test_module``; it writes ``$STEP_HDL_RESULT``.
-    ``plusargs``: the simulator's ``+name=value`` arguments; ``cycles``: the run's expected length, if known
-    (:func:`verilator_opt`).
+    ``plusargs``: the simulator's ``+name=value`` arguments.
 
     ``progress``: status lines on the terminal while it builds and runs (the test writes the cycles it has
     run to ``$STEP_HDL_PROGRESS`` now and then). Returns ``(result dict with "failures", build seconds)``.
     A ``pgo`` build's first run is its profiling run: its result is returned like any other, and the
     simulator is then recompiled with the profile (its time counted in the build seconds).
     """
-    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress, cycles)
+    runner, bdir, build_s = build_cocotb(verilog_text, toplevel, backend, waves, short, progress)
     out = _run_test(runner, bdir, toplevel, test_module, env, backend, waves, progress, plusargs)
     # a run whose test failed has a result and a profile as good as any; one without a result raised above
     if (bdir / PGO_PENDING).exists():

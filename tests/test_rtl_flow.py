@@ -77,6 +77,36 @@ def test_the_fabric_testbench_clock_runs_in_the_simulator(reduced_sweep, monkeyp
     assert [r["clock"] for r in raw] == ["gpi"]
 
 
+def test_a_fabric_build_splits_its_functions_and_compiles_its_slow_files_once(reduced_sweep, monkeypatch,
+                                                                               tmp_path):
+    """A fabric's Verilator build: generated functions split (sim.rtl.SPLIT_CFUNCS), the files that run once
+    unoptimized (OPT_SLOW). Under pgo (Verilator's -O3, the C++ guided by a profile) the first run profiles; the rebuild from its profile compiles the
+    optimized files only, and the next run, on the rebuilt simulator, gives the same cycles and outputs."""
+    from step_hdl.sim.rtl import OPT_SLOW, SPLIT_CFUNCS
+    monkeypatch.setenv("STEP_HDL_BUILD", str(tmp_path))
+    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "pgo")
+    fab, ws, preps = reduced_sweep
+    first = run(preps[0], "verilator")
+    assert first.outputs_match and first.cycles > 0
+    bdir = next(tmp_path.glob("*-verilator-*"))
+    command = next(ln for ln in (bdir / "Vtop__verFiles.dat").read_text().splitlines() if ln.startswith("C "))
+    assert f" --output-split-cfuncs {SPLIT_CFUNCS} " in command and " -O3 " in command   # pgo builds on -O3
+
+    def compiles(log):      # {generated C++ file: its compile command}
+        return {ln.split()[-1]: ln for ln in (bdir / log).read_text().splitlines()
+                if ln.startswith("c++ ") and " -c " in ln and ln.split()[-1].startswith("Vtop")}
+    built, rebuilt = compiles("build.log"), compiles("pgo.log")
+    slow = {f for f in built if f.endswith("__Slow.cpp")}
+    assert slow and len(built) > len(slow)          # a build of several files, the slow ones apart
+    assert all(f" {OPT_SLOW} " in built[f] and "-fprofile" not in built[f] for f in slow)
+    assert all("-fprofile-generate" in c for f, c in built.items() if f not in slow)
+    assert set(rebuilt) == set(built) - slow and all("-fprofile-use" in c for c in rebuilt.values())
+    simulator = next(p for p in bdir.iterdir() if p.name == bdir.name.split("-verilator-")[0])
+    stamp = simulator.stat().st_mtime
+    again = run(preps[0], "verilator")
+    assert (again.cycles, again.outputs_match) == (first.cycles, True) and simulator.stat().st_mtime == stamp
+
+
 def test_model_tracks_rtl_reduced_sweep(reduced_sweep):
     """The memory-system issue's target on the small 4x4-tile sweep: the model's mean error <= 5 %, no point
     beyond 10 % (measured 2026-12-03, the loads' order queue and partial reads: mean 2.3 %, worst -5.8 % at

@@ -199,19 +199,11 @@ def test_a_profile_guided_build_profiles_its_first_run_and_is_rebuilt_from_it(mo
     assert again["o"] == out["o"] and simulator.stat().st_mtime == built
 
 
-def test_a_long_run_of_a_big_fabric_gets_an_optimized_build(monkeypatch):
-    """Small fabrics build at -O2; a big one (more module instances than BIG_DESIGN_INSTANCES) at -O0, unless
-    the model expects a run long enough to pay for the -O2 build; the environment overrides both."""
-    from step_hdl.sim.rtl import BIG_DESIGN_INSTANCES, LONG_RUN_CYCLES, module_instances, verilator_opt
+def test_every_verilator_build_is_optimized_but_a_unit_scenario(monkeypatch):
+    """-O3 for every design (a big fabric included: bench/build_speed.py), -O0 for a short run, where the
+    compile is all the time; the environment overrides both."""
+    from step_hdl.sim.rtl import verilator_opt
     monkeypatch.delenv("STEP_HDL_VERILATOR_OPT", raising=False)
-
-    def fabric(instances):
-        return "module top(clk);\n" + "".join(f"  unit u{k} (\n  );\n" for k in range(instances)) + "endmodule\n"
-    small, big = fabric(BIG_DESIGN_INSTANCES), fabric(BIG_DESIGN_INSTANCES + 1)
-    assert module_instances(big) == BIG_DESIGN_INSTANCES + 1
-    assert [verilator_opt(small), verilator_opt(small, cycles=10)] == ["-O2", "-O2"]
-    assert [verilator_opt(big), verilator_opt(big, cycles=LONG_RUN_CYCLES - 1)] == ["-O0", "-O0"]
-    assert verilator_opt(big, cycles=LONG_RUN_CYCLES) == "-O2"
-    assert verilator_opt(small, short=True) == "-O0"        # a unit scenario: the compile is all the time
-    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O3")
-    assert verilator_opt(big) == verilator_opt(small, cycles=10) == "-O3"
+    assert [verilator_opt(), verilator_opt(short=True)] == ["-O3", "-O0"]
+    monkeypatch.setenv("STEP_HDL_VERILATOR_OPT", "-O2")
+    assert verilator_opt() == verilator_opt(short=True) == "-O2"
