@@ -105,8 +105,8 @@ def verilator_opt(short: bool = False) -> str:
     120 s, about 9,800); the GQA fabric 57 s for both, 59,900 cycles/s against 42,700; the quick start's
     SwiGLU fabric 18 s, about 316,000 cycles/s at both. ``$STEP_HDL_VERILATOR_OPT`` overrides: ``pgo`` for
     many runs of one design (a sweep's; the build's first run is its profiling run, on an instrumented
-    simulator: :func:`pgo_rebuild`; the MoE fabric builds in about 220 s, profiling run included, and
-    simulates about 30,000 cycles/s)."""
+    simulator: :func:`pgo_rebuild`; the MoE fabric builds in 210-225 s, profiling run included, and
+    simulates 31,000-33,000 cycles/s)."""
     env = os.environ.get("STEP_HDL_VERILATOR_OPT", "")
     if env:
         if env not in VERILATOR_OPT_LEVELS:
@@ -240,8 +240,8 @@ def pgo_rebuild(bdir: Path, toplevel: str, waves: bool = False, progress: bool =
     process waiting on the folder's lock finds it done.
 
     Only the optimized objects are compiled again: the slow files' (:data:`OPT_SLOW`, never instrumented) are
-    kept. Measured on the 8-expert MoE fabric (349 units, 7,728 cycles; ``bench/build_speed.py``): ``-O2``
-    about 10,000 cycles/s, ``pgo`` about 25,000 (the profile lets the compiler move the code a cycle seldom
+    kept. Measured on the 8-expert MoE fabric (349 units, 7,728 cycles; ``bench/build_speed.py``): ``-O3``
+    about 13,500 cycles/s, ``pgo`` 31,000-33,000 (the profile lets the compiler move the code a cycle seldom
     runs, the taken branches of writes and of rare states, away from what it runs every cycle)."""
     import subprocess
     lock = open(bdir / ".lock", "w")
