@@ -175,7 +175,7 @@ def build_cocotb(verilog_text: str, toplevel: str, backend: str = "verilator", w
         # signal got its default value before the case) and an always block of constants are not faults
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE",
                       "-Wno-ALWNEVER", "--output-split-cfuncs", str(SPLIT_CFUNCS)]
-        if opt in ("-O3", "pgo"):        # Verilator's own slow optimizations; the C++ at its -O2
+        if opt in ("-O3", "pgo"):        # Verilator's own slow optimizations (pgo builds on them)
             build_args.append("-O3")
         vlt = public_ports(verilog_text, toplevel)
         slow = OPT_SLOW
