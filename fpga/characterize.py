@@ -66,18 +66,16 @@ class CharacterizeError(ValueError):
 NOTES = {
     "Map[matmul]": "the path runs from the operand (or `transpose` configuration) register through the "
                    "`MULT18X18D` multipliers and the K-input adder tree to the output register in one "
-                   "cycle. A fabric with `pipeline` registers the operands and the products "
-                   "(Map[matmul] pipelined).",
-    "Map[matmul] pipelined": "the operands and the products are the `MULT18X18D` blocks' own input and output "
-                             "registers (`fpga/ecp5_dsp.py`; 95.7 MHz through the blocks used as combinational "
-                             "multipliers between fabric registers, which is what Yosys maps a `$mul` to): the "
-                             "path runs from a block's output register through the K-input adder tree to the "
-                             "output register, 7.1 of its 9.9 ns routing from the DSP row to the adders. "
-                             "Registering the tree's inputs again would add a cycle of latency for that route.",
-    "MatMul pipelined": "the products in the blocks' registers as Map[matmul] pipelined (93.3 MHz before) and "
-                        "the running sum's first-product flag a register (`fresh`, 92.0 MHz before): the path "
-                        "left is the pipeline's advance, from the last stage's token through the output "
-                        "handshake to the clock enables of the 64 blocks (4.1 ns of routing to reach them). "
+                   "cycle. A fabric with `pipeline` registers the operands and the products (in the "
+                   "`MULT18X18D` blocks' own registers, `fpga/ecp5_dsp.py`) and the adder tree's first half "
+                   "(Map[matmul] pipelined: 101.3 MHz without that third stage, the products' route from the "
+                   "DSP row and the whole tree in one cycle).",
+    "MatMul pipelined": "the products in the blocks' registers and the adder tree's first half registered as "
+                        "Map[matmul] pipelined (93.3 MHz with the products in fabric registers, 108.4 with the "
+                        "whole tree in one stage), the running sum's first-product flag a register (`fresh`, "
+                        "92.0 MHz before): the path left is the pipeline's advance, from the last stage's token "
+                        "through the output handshake to the clock enables of the 64 blocks: 3 levels, 6.5 of "
+                        "its 8.2 ns routing. "
                         "Every stage of the pipeline loads on that one enable, so it fans out to every block; "
                         "cutting it needs a pipeline that does not stall (the output buffered for the tokens "
                         "in flight), a change of the unit's handshake.",
@@ -107,17 +105,15 @@ NOTES = {
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "
-              "operands, the products and the tile sums (MatMul pipelined).",
-    "Map[requantize]": "from the `shift` register through the shifter (only its 8 low result bits are built) "
-                       "and the clamp to the output register (int32 sums to int8; 6,301 LUTs and 73.0 MHz when "
-                       "the clamp compared the whole 32-bit shift twice). A fabric with `pipeline` registers "
-                       "the shifted bits and whether they fit before the clamp (Map[requantize] pipelined).",
-    "Map[requantize] pipelined": "from the `shift` register to the registered shifted bits (`rq1`): 9 levels, "
-                                 "5.8 of the 8.4 ns routing: the shift's five bits select in every element's "
-                                 "shifter and mask, 16 elements of 32 bits, so they fan out to a few hundred "
-                                 "LUTs. A copy of the register per element would cut the fanout, but a "
-                                 "configuration register read a cycle late is a change of the units' "
-                                 "configuration contract.",
+              "operands, the products, the adder tree's first half and the tile sums (MatMul pipelined).",
+    "Map[requantize]": "from the shift's mask (a register decoded from the shift's write, `cfg_shift_mask`: "
+                       "104.1 MHz when the mask was made from the shift in the same cycle) through each "
+                       "element's test whether its value fits and the clamp to the output register: 5 levels, "
+                       "6.4 of the 8.1 ns routing, the mask's 32 bits fanning out to the 16 elements "
+                       "(int32 sums to int8; 6,301 LUTs and 73.0 MHz when the clamp compared the whole 32-bit "
+                       "shift twice). A fabric with `pipeline` registers the shifted bits and whether they fit "
+                       "before the clamp (Map[requantize] pipelined, 142.6 MHz; 118.4 before the mask was a "
+                       "register).",
     "Map[silu]": "from the `frac` register through `1 << frac`, the clamp of `(x >> 2) + 1/2`, the DSP "
                  "multiplier and the variable shift and saturation to the output register: 39 levels. A "
                  "fabric with `pipeline` cuts it in four stages (Map[silu] pipelined, 132 MHz).",
@@ -677,7 +673,7 @@ def run_calibration(fabric_json=None, workdir=None, tile=2) -> dict:
 BASELINE_UNITS = (("Map[add]", 4, "int8"), ("Queue", 4, "int8"), ("Map[matmul] pipelined", 4, "int8"),
                   ("Map[silu] pipelined", 4, "int8"), ("OnChipBuffer pipelined", 4, "int8"),
                   ("MatMul pipelined", 4, "int8"), ("LinearOffChipLoad pipelined", 4, "int8"),
-                  ("Reshape", 4, "int8"), ("EagerMerge", 4, "int8"))
+                  ("Map[requantize] pipelined", 4, "int8"), ("Reshape", 4, "int8"), ("EagerMerge", 4, "int8"))
 
 
 def baseline_key(tools: dict) -> str:

@@ -337,7 +337,10 @@ class Map(StepUnit):
         it takes ``i1``, and a folded matmul's pass counter (None when not folded). ``pipe``: the stages of
         ``params.stages``: the result is that of the operands ``pipe.depth`` advances ago."""
         p = self.params
-        regs = self.regs.signals
+        regs = dict(self.regs.signals)
+        for name in p.fns:
+            for key, (reg, fn, width, init) in p.hw(name).decoded(p.in0_tile, p.out_tile).items():
+                regs[key] = self.regs.decoded(m, self.cfg, reg, fn, init, width)
         i0, o = self.i0, self.o
         i1 = self.i1 if p.binary else None
         out_tile = p.out_tile

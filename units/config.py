@@ -73,12 +73,13 @@ class ConfigRegs:
                     with m.Case(k):
                         m.d.sync += self.signals[r.name].eq(port.payload.data[:r.width])
 
-    def decoded(self, m: Module, port, name: str, fn, init: int) -> Signal:
-        """A one-bit register holding ``fn(value)`` of register ``name``, decoded from the write itself, so it
-        changes in the same cycle as the register (a token may follow the last write by one cycle) while the
-        logic that reads it starts at a flip-flop. ``init``: its value for the register's reset value."""
+    def decoded(self, m: Module, port, name: str, fn, init: int, width: int = 1) -> Signal:
+        """A register of ``width`` bits holding ``fn(value)`` of register ``name``, decoded from the write
+        itself, so it changes in the same cycle as the register (a token may follow the last write by one
+        cycle) while the logic that reads it starts at a flip-flop. ``init``: its value for the register's
+        reset value."""
         k, r = self.index[name], self.regs[self.index[name]]
-        flag = Signal(init=init, name=f"cfg_{name}_{getattr(fn, '__name__', 'flag')}")
+        flag = Signal(width, init=init, name=f"cfg_{name}_{getattr(fn, '__name__', 'flag')}")
         value = port.payload.data[:r.width]
         with m.If(port.valid & (port.payload.addr == k)):
             m.d.sync += flag.eq(fn(value.as_signed() if r.signed else value))

@@ -85,19 +85,29 @@ def saturate(v: Value, dt: DType) -> Value:
     return Mux(v > dt.max, Const(dt.max, signed(dt.bits)), Mux(v < dt.min, Const(dt.min, signed(dt.bits)), v))
 
 
-def shift_parts(x: Value, shift: Value, dt: DType) -> tuple:
+def shift_mask(width: int, shift, dt: DType):
+    """The thermometer mask of :func:`shift_parts` for ``width``-bit values: the bits from ``dt.bits - 1 +
+    shift`` up (``shift`` an Amaranth value, or an int for the mask's value)."""
+    if isinstance(shift, int):
+        return (((1 << width) - 1) << (shift + dt.bits - 1)) & ((1 << width) - 1)
+    return (Const((1 << width) - 1, width) << (shift + (dt.bits - 1)))[:width]
+
+
+def shift_parts(x: Value, shift: Value, dt: DType, mask: Value | None = None) -> tuple:
     """``(low, fits, negative)`` of ``x >> shift`` (``x`` signed): its ``dt.bits`` low bits (Yosys keeps only
     the shifter's stages that reach them), whether it fits ``dt`` (the bits of ``x`` from ``dt.bits - 1 +
-    shift`` up all copy its sign: one thermometer mask of the shift, the same for every element of a tile)
-    and its sign; :func:`clamp_parts` of them is ``saturate(x >> shift, dt)``. :func:`saturate` of the whole
-    shift compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that way,
-    3,210 this way."""
+    shift`` up all copy its sign: one thermometer mask of the shift, :func:`shift_mask`, the same for every
+    element of a tile; ``mask``: that mask already made, a register decoded from the shift's write) and its
+    sign; :func:`clamp_parts` of them is ``saturate(x >> shift, dt)``. :func:`saturate` of the whole shift
+    compares all its bits twice: a 4x4 int32 -> int8 requantize Map took 6,301 LUTs on ECP5 that way, 3,210
+    this way."""
     x = x.as_signed()
     w, n = len(x), dt.bits
     if n >= w:
         return x >> shift, Const(1, 1), x[w - 1]    # nothing to clamp
     low = (x >> shift)[:n]
-    mask = (Const((1 << w) - 1, w) << (shift + (n - 1)))[:w]
+    if mask is None:
+        mask = shift_mask(w, shift, dt)
     return low, ((x.as_unsigned() ^ x[w - 1].replicate(w)) & mask) == 0, x[w - 1]
 
 
@@ -111,15 +121,17 @@ def smax(a: Value, b: Value) -> Value:
     return Mux(a > b, a, b)
 
 
-def tree(values, op):
-    """Balanced reduction (a shallow adder / comparator tree)."""
+def tree(values, op, levels=None):
+    """Balanced reduction (a shallow adder / comparator tree); with ``levels``, only that many levels of it:
+    the partial results, left to right."""
     values = list(values)
-    while len(values) > 1:
+    while len(values) > 1 and levels != 0:
         nxt = [op(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)]
         if len(values) % 2:
             nxt.append(values[-1])
         values = nxt
-    return values[0]
+        levels = None if levels is None else levels - 1
+    return values if levels is not None else values[0]
 
 
 class TileVal:
@@ -180,6 +192,11 @@ class HwFn:
         """Pipeline stages the function cuts its logic into on operand tiles ``a`` (``units.pipeline``):
         its ``build`` takes a ``pipe`` and calls ``pipe.cut`` that many times; 0: combinational."""
         return 0
+
+    def decoded(self, a: Tile, out: Tile) -> dict:
+        """Registers the function reads that are functions of its registers' values, decoded from their writes
+        (``ConfigRegs.decoded``): ``{name: (register, fn, width, init)}``; ``build`` finds them in ``regs``."""
+        return {}
 
     def build(self, m, a: TileVal, b: TileVal | None, out: Tile, regs) -> list:
         raise NotImplementedError
@@ -340,9 +357,9 @@ class MatMul(HwFn):
         return m * k * n
 
     def stages(self, a):
-        # integers: the operands (after the transpose multiplexers) and the products are registered, the
-        # adder tree is in front of the unit's output register
-        return 2 if a.dtype.is_int else 0
+        # integers: the operands (after the transpose multiplexers), the products and the adder tree's first
+        # half are registered, the tree's second half is in front of the unit's output register
+        return 3 if a.dtype.is_int else 0
 
     def build(self, m, a, b, out, regs, row_group=None, pipe=NO_PIPE):
         """All output elements; with ``row_group=(phase, g)`` only rows ``phase·g + r`` (``r < g``) of the
@@ -386,8 +403,15 @@ class MatMul(HwFn):
                               for j in range(n_dim) for k in range(k_dim)], "mm_prod")
         else:
             prods = [_wrapped(p) for p in prods]
-        return [wrap32(tree(prods[e * k_dim:(e + 1) * k_dim], lambda x, y: x + y))
-                for e in range(len(prods) // k_dim)]
+        # the tree's first half of levels (rounded up) before the cut: the products' long route from the
+        # multiplier blocks ends at an adder and a register, the rest of the tree at the output register
+        half = ((k_dim - 1).bit_length() + 1) // 2
+        parts = [tree(prods[e * k_dim:(e + 1) * k_dim], lambda x, y: _wrapped(x + y), half)
+                 for e in range(len(prods) // k_dim)]
+        width = len(parts[0])
+        sums = pipe.cut([v for part in parts for v in part], "mm_sum")
+        return [wrap32(tree(sums[e * width:(e + 1) * width], lambda x, y: x + y))
+                for e in range(len(parts))]
 
     def _float(self, m, rows, b_el, n_dim, k_dim, fa, fb, fo):
         """fp32 products of each output element, summed in the fixed order (``units.floats.fp32_sum``) and
@@ -422,8 +446,20 @@ class Requantize(HwFn):
     def stages(self, a):
         return 1        # the shift's low bits and whether it fits; the clamp in front of the output register
 
+    def decoded(self, a, out):
+        # the shift's mask, the same for every element, a register: the path from the shift's register through
+        # its adder and shifter into every element's comparison was the pipelined unit's critical path
+        w = a.dtype.bits
+        if out.dtype.bits >= w:
+            return {}
+
+        def mask(shift):
+            return shift_mask(w, shift, out.dtype)
+        return {"shift_mask": ("shift", mask, w, mask(0))}
+
     def build(self, m, a, b, out, regs, pipe=NO_PIPE):
-        parts = pipe.cut([v for x in a.elems for v in shift_parts(x, regs["shift"], out.dtype)], "rq")
+        mask = regs.get("shift_mask")
+        parts = pipe.cut([v for x in a.elems for v in shift_parts(x, regs["shift"], out.dtype, mask)], "rq")
         return [clamp_parts(*parts[3 * k:3 * k + 3], out.dtype) for k in range(len(a.elems))]
 
 

@@ -83,8 +83,8 @@ class MatMul(Map):
     >= 1).
 
     Latency ``1 + params.stages`` from the ``k``-th pair to its output tile: integer operands pass the
-    matmul's three pipeline stages (operands, products, tile sums; ``units.pipeline``) before the sum
-    (``M/g`` for a folded matmul, which has no stages). II 1 per input token (pair or stop); only a token
+    matmul's four pipeline stages (operands, products, the adder tree's first half, tile sums;
+    ``units.pipeline``) before the sum (``M/g`` for a folded matmul, which has no stages). II 1 per input token (pair or stop); only a token
     that makes an output (the ``k``-th pair, a stop, done) waits for the output register, and the pipeline
     moves while its last stage is empty or taken. Combinational: ``i0.ready``/``i1.ready`` from the other
     input's valid and ``o.ready`` (through the stages' advance; unpipelined also ``i0``'s stop level and the

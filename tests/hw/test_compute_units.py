@@ -76,7 +76,7 @@ def test_map_binary_one_build(sim_backend, size, dt, f, pipeline):
     transpose_a are registers). Pipelined, the matmul's stages set the unit's and the other functions pass
     through as many registers."""
     unit = Map(MapParams(rows=size, cols=size, dtype=dt, fns=BINARY, max_rank=2, pipeline=pipeline))
-    assert unit.params.stages == (2 if pipeline else 0)
+    assert unit.params.stages == (3 if pipeline else 0)
     rng = np.random.default_rng(size)
     t = Tile(dt, size, size)
     for shape_key in ("rank1", "rank2"):

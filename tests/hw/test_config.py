@@ -1,17 +1,20 @@
-"""Configuration registers (``units/config.py``): a decoded flag changes in the same cycle as its register."""
+"""Configuration registers (``units/config.py``): a decoded register changes in the same cycle as its register."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
+from step_hdl.types import dtype
 from step_hdl.units.config import ConfigRegs, Reg, config_signature
+from step_hdl.units.functions import shift_mask
 
 
 class _Flagged(wiring.Component):
     cfg: In(config_signature())
     value: Out(3)
     zero: Out(1)
+    mask: Out(32)
 
     def elaborate(self, platform):
         m = Module()
@@ -20,7 +23,10 @@ class _Flagged(wiring.Component):
 
         def is_zero(v):
             return v == 0
-        m.d.comb += [self.value.eq(regs["rank"]), self.zero.eq(regs.decoded(m, self.cfg, "rank", is_zero, init=1))]
+        def mask(v):        # a multi-bit one: requantize's mask of a shift (here of the rank) to int8
+            return shift_mask(32, v, dtype("int8"))
+        m.d.comb += [self.value.eq(regs["rank"]), self.zero.eq(regs.decoded(m, self.cfg, "rank", is_zero, init=1)),
+                     self.mask.eq(regs.decoded(m, self.cfg, "rank", mask, init=mask(0), width=32))]
         return m
 
 
@@ -30,11 +36,13 @@ def test_decoded_flag_follows_its_register_in_the_same_cycle():
 
     async def bench(ctx):
         assert (ctx.get(dut.value), ctx.get(dut.zero)) == (0, 1)        # the reset value's flag
+        assert ctx.get(dut.mask) == 0xFFFF_FF80                          # and mask: bits 7 and up
         for addr, data in [(1, 2), (0, 0), (1, 0), (1, 5), (0, 7)]:      # address 0 (other) leaves it alone
             ctx.set(dut.cfg.valid, 1)
             ctx.set(dut.cfg.payload, {"addr": addr, "data": data})
             await ctx.tick()
             seen.append((ctx.get(dut.value), ctx.get(dut.zero)))
+            assert ctx.get(dut.mask) == (0xFFFF_FFFF << (7 + ctx.get(dut.value))) & 0xFFFF_FFFF
         ctx.set(dut.cfg.valid, 0)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
