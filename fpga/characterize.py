@@ -82,12 +82,8 @@ NOTES = {
     "OnChipBuffer": "the path starts at a `DP16KD` read port (5.8 ns clock-to-output: the block RAM's output "
                     "register is not used), decodes the stored stop level through the stop merger and ends at "
                     "the RAM's own read enable. A fabric with `pipeline` registers the RAM's data before the "
-                    "merger (`out_reg`, OnChipBuffer pipelined).",
-    "OnChipBuffer pipelined": "from the `DP16KD` read port to the register of its data (`s3_word`): one level, "
-                              "6.1 ns of it the block RAM's clock-to-output without its own output register "
-                              "(the repeat counter's comparison, at 120.7 MHz before, is a registered flag now). "
-                              "Mapping that data register into the RAM (`DP16KD` REGMODE `OUTREG`) would leave "
-                              "the routing.",
+                    "merger (`out_reg`), on ECP5 in the blocks' own output registers (`fpga/ecp5_bram.py`; "
+                    "OnChipBuffer pipelined: 132.7 MHz, 121.1 with the register in fabric flip-flops).",
     "LinearOffChipLoad": "from the walk's registered empty-dimension flags (`ozero`) through the event logic "
                          "and the request handshake (the tracker's credit check, now one comparison with a "
                          "register of free credits) to the enable of a dimension's running address (`oacc3`): "
@@ -101,7 +97,12 @@ NOTES = {
                                    "routing, the choice fanning out to every address bit of every dimension. "
                                    "Registering that choice (the next step's dimension, one-hot, from each "
                                    "way the walk can go) was tried on 2026-12-04: 103.8 MHz, its select then "
-                                   "behind the handshake (`oat_last0` -> `oinc_oh`), so it was left out.",
+                                   "behind the handshake (`oat_last0` -> `oinc_oh`), so it was left out. So was "
+                                   "(2026-12-04) a last-step flag per dimension that registers the walk's "
+                                   "structure terms with it: 120.8 MHz for 103 LUTs more, the path then the "
+                                   "tracker's, from the order queue's read address (its head, in LUT RAM) "
+                                   "through the response handshake to the free-credit register; forming that "
+                                   "register's four next values beside each other gave 116.1.",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "

@@ -108,7 +108,9 @@ MODEL_VERILOG = _model()
 
 
 class Ecp5Dsp:
-    """The platform of the ECP5 flow: ``MULT18X18D`` blocks with registers for a unit's registered products.
+    """The platform of the ECP5 flow: ``MULT18X18D`` blocks with registers for a unit's registered products,
+    and ``DP16KD`` block RAMs with their output registers for a buffer's registered read data
+    (:meth:`registered_ram`).
 
     Parameters
     ----------
@@ -145,3 +147,9 @@ class Ecp5Dsp:
             low = product[:shape.width]
             out.append(low.as_signed() if shape.signed else low)
         return out
+
+    def registered_ram(self, m, width: int, depth: int, name: str):
+        """A memory with its read data in the block RAMs' output registers (``fpga.ecp5_bram``), for a
+        buffer that registers its SRAM's data; ``None`` when it is deeper than the blocks' narrowest mode."""
+        from .ecp5_bram import registered_ram
+        return registered_ram(m, width, depth, name)

@@ -293,7 +293,12 @@ class OnChipBuffer(StepUnit):
         m.d.comb += inner.eq(Mux(affine, R["n_read"] - merge, b) if Dr else b)
 
         pooled = p.pooled
-        if not pooled:
+        # with out_reg, the platform's block RAMs with their own output registers (an FPGA's), if it has them
+        give = getattr(platform, "registered_ram", None) if p.out_reg and not pooled else None
+        ram = give(m, pw + sb, 2 * depth, "sram") if give is not None else None
+        if ram is not None:
+            wr, rd = ram.write, ram.read
+        elif not pooled:
             m.submodules.sram = sram = memory.Memory(shape=unsigned(pw + sb), depth=2 * depth, init=[])
             wr = sram.write_port()
             rd = sram.read_port()
@@ -544,16 +549,22 @@ class OnChipBuffer(StepUnit):
                          s2_eager.eq(s1_eager), s2_level.eq(s1_level), s2_tail.eq(s1_tail)]
         with m.Elif(s2_out):
             m.d.sync += s2_valid.eq(0)
-        word = pool.rdata if pooled else rd.data
+        word = pool.rdata if pooled else None if ram is not None else rd.data
         if p.out_reg:
             s3 = [Signal.like(v, name=f"s3_{v.name[3:]}")
                   for v in (s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail)]
-            s3_word = Signal.like(word, name="s3_word")
             s3_valid = s3[0]
             m.d.comb += s2_out.eq(~s3_valid | mg.i.ready)
             with m.If(s2_out):
                 m.d.sync += [d.eq(v) for d, v in zip(s3, (s2_valid, s2_entry, s2_done, s2_end, s2_eager,
-                                                          s2_level, s2_tail))] + [s3_word.eq(word)]
+                                                          s2_level, s2_tail))]
+            if ram is not None:
+                m.d.comb += ram.out_en.eq(s2_out)       # the blocks' output registers load as s3_word would
+                s3_word = ram.data
+            else:
+                s3_word = Signal.like(word, name="s3_word")
+                with m.If(s2_out):
+                    m.d.sync += s3_word.eq(word)
             s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail = s3
             word = s3_word
         else:
