@@ -89,20 +89,12 @@ NOTES = {
                          "register of free credits) to the enable of a dimension's running address (`oacc3`): "
                          "11 levels, 7.1 of the 10.1 ns routing (83.8 MHz before the credits and the burst's "
                          "run position became down-counting registers). A fabric with `pipeline` puts a "
-                         "register slice between the walk and the tracker (LinearOffChipLoad pipelined).",
-    "LinearOffChipLoad pipelined": "the request slice takes the tracker's handshake off the walk; what is left "
-                                   "is the walk's own step: from a dimension's registered \"last step\" flag "
-                                   "(`oat_last0`) through the choice of the dimension that steps to the "
-                                   "32-bit running addresses it loads (`oacc0`): 6 levels, 6.4 of the 8.4 ns "
-                                   "routing, the choice fanning out to every address bit of every dimension. "
-                                   "Registering that choice (the next step's dimension, one-hot, from each "
-                                   "way the walk can go) was tried on 2026-12-04: 103.8 MHz, its select then "
-                                   "behind the handshake (`oat_last0` -> `oinc_oh`), so it was left out. So was "
-                                   "(2026-12-04) a last-step flag per dimension that registers the walk's "
-                                   "structure terms with it: 120.8 MHz for 103 LUTs more, the path then the "
-                                   "tracker's, from the order queue's read address (its head, in LUT RAM) "
-                                   "through the response handshake to the free-credit register; forming that "
-                                   "register's four next values beside each other gave 116.1.",
+                         "register slice between the walk and the tracker, registers the head of the "
+                         "tracker's order queue (the response handshake read it from LUT RAM) and compares "
+                         "the walk's step counters with `count - 1` and `count - 2`, registers decoded from "
+                         "the counts' writes, instead of adding to the counters first (LinearOffChipLoad "
+                         "pipelined: 127.0 MHz; 119.0 with the slice alone, the path then the walk's step, "
+                         "from its last-step flags to the running addresses).",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "
@@ -371,7 +363,7 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
             slow.append(r)
     lines += ["", f"## Units under {GOAL_MHZ} MHz", "",
               "The `pipelined` rows are the builds of a fabric with `pipeline` (`Fabric.pipeline`, `--pipeline`: "
-              "the function stages, the buffer's SRAM output register and the linear load's request slice, "
+              "the function stages, the buffer's SRAM output register and the linear load's request slice and registered order-queue head, "
               "`docs/units.md`), each a few cycles "
               "more latency at the same II; the other units are the same on both fabrics.", ""]
     if not slow:

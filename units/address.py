@@ -48,12 +48,17 @@ class AffineWalk:
         starts): whether each step counter is at its last step is then a flag registered with the
         counter, keeping the comparisons off the next-step logic. False (counts that change while the
         unit runs, such as a buffer's sizes): the comparisons are combinational.
+    count_less : pair of lists of Value, optional
+        With ``static_counts``: per dimension ``counts[j] - 1`` and ``counts[j] - 2``, one bit wider than
+        a count (negative below 0), registers decoded from the counts' writes
+        (``ConfigRegs.decoded``), so the flags compare the counter with a register instead of adding to
+        it first.
     """
 
     _HOLD, _INC, _ZERO = 0, 1, 2
 
     def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str, merge=None,
-                 static_counts: bool = False):
+                 static_counts: bool = False, count_less=None):
         D = len(counts)
         self.D, self.strides = D, strides
         self.idx = [Signal(idx_shape, name=f"{name}idx{j}") for j in range(D)]
@@ -65,7 +70,11 @@ class AffineWalk:
         for j in range(D):
             idx, op = self.idx[j], self._op[j]
             m.d.sync += idx.eq(Mux(op == self._INC, idx + 1, Mux(op == self._ZERO, 0, idx)))
-            if static_counts:
+            if static_counts and count_less is not None:
+                less1, less2 = count_less[0][j], count_less[1][j]
+                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx == less2,
+                                              Mux(op == self._ZERO, less1 == 0, idx == less1)))
+            elif static_counts:
                 m.d.sync += at_last[j].eq(Mux(op == self._INC, idx + 2 == counts[j],
                                               Mux(op == self._ZERO, counts[j] == 1, idx + 1 == counts[j])))
             else:

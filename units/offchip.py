@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -175,6 +175,16 @@ def contiguous_run(counts, strides) -> int:
 
 # ----------------------------------------------------------------------------- shared request/response core
 
+def _less1(count):
+    """``count - 1``, a bit wider than ``count`` (negative for 0)."""
+    return Cat(count, Const(0, 1)).as_signed() - 1
+
+
+def _less2(count):
+    """``count - 2``, a bit wider than ``count`` (negative for 0 and 1)."""
+    return Cat(count, Const(0, 1)).as_signed() - 2
+
+
 class _Tracker(wiring.Component):
     """In-order request/response core of the off-chip units (see the module docstring).
 
@@ -192,13 +202,15 @@ class _Tracker(wiring.Component):
     Latency: request issue 0 cycles after the event (``mem.req.valid`` combinational in
     ``ev.valid``, ``ev.ready`` combinational in ``mem.req.ready``); output 1 cycle after
     the event (order queue) or 1 cycle after the response (response FIFO). ``o.valid``
-    comes from FIFO state only. II 1.
+    comes from FIFO state only. II 1. ``buffered``: the order queue's head is a register
+    (``SyncFIFOBuffered``), so the response handshake does not start at a LUT-RAM read, and an event
+    without memory access that finds the queue empty is output 2 cycles after it.
     """
 
     def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0,
-                 writes: bool = False, event_ack: bool = False):
+                 writes: bool = False, event_ack: bool = False, buffered: bool = False):
         self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
-        self.writes, self.event_ack = writes, event_ack
+        self.writes, self.event_ack, self.buffered = writes, event_ack, buffered
         fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, "stop": sbits, "done": 1, "end": 1,
                   "eager": 1}
         if writes:
@@ -216,7 +228,8 @@ class _Tracker(wiring.Component):
         s = self.shape
         q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits), "stop": self.sbits, "done": 1,
                                       "end": 1, "eager": 1})
-        m.submodules.order = q = fifo.SyncFIFO(width=q_layout.size, depth=self.max_inflight + 2)
+        order = fifo.SyncFIFOBuffered if self.buffered else fifo.SyncFIFO
+        m.submodules.order = q = order(width=q_layout.size, depth=self.max_inflight + 2)
         m.submodules.resp = rf = fifo.SyncFIFO(width=1 if self.ack_bits else s.data_bits, depth=self.max_inflight)
         ev, req, resp, o = self.ev, self.mem.req, self.mem.resp, self.o
         # the credits not taken: a register, so a request's credit check is one comparison (no adder before it)
@@ -310,7 +323,10 @@ class LinearOffChipLoad(_MemUnit):
     only, no multipliers). Latency: memory latency + 2 cycles from the request to
     the tile on ``o`` (+ 1 with ``params.pipeline``: the walk's request events pass
     a :class:`~step_hdl.units.stream.FullSlice` before the tracker; declared
-    :attr:`latency` 1). II 1 per tile while the memory keeps up (see the module
+    :attr:`latency` 1; the tracker's order queue then has a registered head, so a
+    stop or done event that finds it empty leaves a cycle later, and the walk's
+    last-step flags compare with ``count - 1`` and ``count - 2`` registers decoded
+    from the counts' writes). II 1 per tile while the memory keeps up (see the module
     docstring); a block end that merges with a later stop costs one extra cycle.
     Combinational: ``i_ref.ready`` and ``mem.req.valid`` from the generator state,
     ``mem.req.ready`` and ``i_ref.valid`` (with ``pipeline``: ``mem.req.valid`` from
@@ -389,7 +405,7 @@ class LinearOffChipLoad(_MemUnit):
         p, R = self.params, self.regs
         D, fmt = p.max_dims, self.token_format()
         sb = fmt.stop_bits
-        m.submodules.tracker = tr = _Tracker(p.port, sb, p.max_inflight)
+        m.submodules.tracker = tr = _Tracker(p.port, sb, p.max_inflight, buffered=p.pipeline)
         m.submodules.merger = mg = StopMerger(fmt)
         wiring.connect(m, tr.mem, wiring.flipped(self.mem))
         wiring.connect(m, mg.o, wiring.flipped(self.o))
@@ -405,8 +421,15 @@ class LinearOffChipLoad(_MemUnit):
         racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
         top = Signal(range(D + 1))             # highest block-end level this unit sends
         m.d.comb += top.eq(n_out if p.ref else n_out - 1)
+        less = None
+        if p.pipeline:
+            # the walk's last-step flags compare with count - 1 and count - 2, registers decoded from the
+            # counts' writes (the adder before the comparison was the pipelined load's critical path)
+            mask, init = (1 << (p.count_bits + 1)) - 1, self.regs.regs[self.regs.index["count0"]].init
+            less = [[self.regs.decoded(m, self.cfg, f"count{j}", fn, (init - k) & mask, p.count_bits + 1)
+                     for j in range(D)] for k, fn in ((1, _less1), (2, _less2))]
         w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
-                       static_counts=True)
+                       static_counts=True, count_less=less)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
         leaf_skip = w.has_zero & (w.lo > top)  # no ref and the outermost dim is empty: no tokens at all
 
