@@ -98,14 +98,16 @@ class SimTimeout(AssertionError):
 
 
 def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = None,
-                 timing: dict | None = None) -> tuple[dict, int]:
+                 timing: dict | None = None, checks=None) -> tuple[dict, int]:
     """Run a scenario on the Amaranth simulator; return (outputs per port, cycles).
 
     ``timing``, if given, receives ``first_in`` (the cycle the first input token
     is offered: its ``valid`` raised) and ``out_cycles`` (per output port, the
     cycle of each transfer), counted from the end of configuration. The cycles
     returned are the last output transfer's cycle plus one, as on the cocotb
-    back-ends (:mod:`step_hdl.sim.cocotb_streams`), so every back-end counts alike.
+    back-ends (:mod:`step_hdl.sim.cocotb_streams`), so every back-end counts alike. ``checks``, if given,
+    is called once the component is elaborated and returns pairs of values that must be equal in every
+    cycle (an ``AssertionError`` names the first cycle where they are not).
     """
     import sys
 
@@ -159,6 +161,17 @@ def run_amaranth(component: wiring.Component, sc: Scenario, vcd: str | None = No
     for k, p in enumerate(sc.outputs):
         sim.add_testbench(make_receiver(k, p))
     sim.add_process(watchdog)
+
+    if checks is not None:
+        pairs = list(checks())
+
+        async def check(ctx):
+            while True:
+                for k, (a, b) in enumerate(pairs):
+                    if ctx.get(a) != ctx.get(b):
+                        raise AssertionError(f"check {k}: {ctx.get(a)} != {ctx.get(b)} in cycle {cycles[0]}")
+                await ctx.tick()
+        sim.add_testbench(check, background=True)
 
     async def limit(ctx):
         for _ in range(sc.max_cycles):

@@ -410,10 +410,11 @@ class Map(StepUnit):
                          o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
         return m
 
-    def _front(self, m, advance, platform=None):
+    def _front(self, m, advance, platform=None, before_last: bool = False):
         """The pipeline in front of the output register, moving when ``advance`` is high: ``(res, valid,
         stop, done, is_data)`` of the token in its last stage (``res`` its result tile). ``platform``: what
-        the unit is elaborated for (its hard multipliers, :meth:`Pipe.products`)."""
+        the unit is elaborated for (its hard multipliers, :meth:`Pipe.products`). ``before_last``: and
+        ``(valid, stop, done, is_data)`` of what the last stage loads when the pipeline advances."""
         p = self.params
         i0 = self.i0
         i1 = self.i1 if p.binary else None
@@ -425,8 +426,9 @@ class Map(StepUnit):
         if i1 is not None:
             m.d.comb += i1.ready.eq(advance & i0.valid & use1)
         is_data = ~i0.payload.done & (i0.payload.stop == 0)
-        valid, stop, done, data = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok")
-        return res, valid, stop, done, data
+        (valid, stop, done, data), before = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok",
+                                                       before_last=True)
+        return (res, valid, stop, done, data) + ((tuple(before),) if before_last else ())
 
     def _elaborate_pipelined(self, platform=None):
         """``params.stages`` stages between the inputs and the output register, all moving together when

@@ -84,10 +84,11 @@ class MatMul(Map):
 
     Latency ``1 + params.stages`` from the ``k``-th pair to its output tile: integer operands pass the
     matmul's four pipeline stages (operands, products, the adder tree's first half, tile sums;
-    ``units.pipeline``) before the sum (``M/g`` for a folded matmul, which has no stages). II 1 per input token (pair or stop); only a token
-    that makes an output (the ``k``-th pair, a stop, done) waits for the output register, and the pipeline
-    moves while its last stage is empty or taken. Combinational: ``i0.ready``/``i1.ready`` from the other
-    input's valid and ``o.ready`` (through the stages' advance; unpipelined also ``i0``'s stop level and the
+    ``units.pipeline``) before the sum (``M/g`` for a folded matmul, which has no stages). II 1 per input
+    token (pair or stop); only a token that makes an output (the ``k``-th pair, a stop, done) waits for the
+    output register, and the pipeline moves while its last stage is empty or taken. Combinational:
+    ``i0.ready``/``i1.ready`` from the other input's valid and ``o.ready`` (through the stages' advance,
+    itself one gate from two registers and ``o.ready``; unpipelined also ``i0``'s stop level and the
     product counter); data and valid are registered.
     """
 
@@ -126,7 +127,8 @@ class MatMul(Map):
         if p.stages:
             # the products' pipeline (``Map._front``) in front of the sum: its last stage is the token
             advance = Signal(name="advance")
-            res, tok_valid, tok_stop, tok_done, is_data = self._front(m, advance, platform)
+            res, tok_valid, tok_stop, tok_done, is_data, before = self._front(m, advance, platform,
+                                                                              before_last=True)
             phase = None
         else:
             res, _, phase = self._result(m)
@@ -159,27 +161,52 @@ class MatMul(Map):
             free = free & ~folding
         step = free & tok_valid
         fire = step & ~empty
-        if p.stages:
-            m.d.comb += advance.eq(~tok_valid | (free & ~empty))
-        else:
+        if not p.stages:
             m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
         if phase is not None:
             with m.If(fire):
                 m.d.sync += phase.eq(0)
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        # the next values of the output's valid, run_open and last_pair (the pipelined unit's advance is
+        # formed from them, below)
+        valid_next, open_next, last_next = Signal(), Signal(), Signal()
+        m.d.comb += [valid_next.eq(o.valid & ~o.ready), open_next.eq(run_open), last_next.eq(last)]
+        m.d.sync += [o.valid.eq(valid_next), run_open.eq(open_next), last.eq(last_next)]
         with m.If(step & empty):
-            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0),
-                         run_open.eq(1)]
+            m.d.comb += [valid_next.eq(1), open_next.eq(1)]
+            m.d.sync += [o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0)]
         with m.If(fire):
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0), last.eq(count + 2 == regs["k"])]
+                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0)]
+                m.d.comb += last_next.eq(count + 2 == regs["k"])
             with m.Else():
-                m.d.sync += last.eq(regs["k"] == 1)
-                m.d.sync += [count.eq(0), fresh.eq(1), o.valid.eq(1), o.payload.stop.eq(tok_stop),
-                             o.payload.done.eq(tok_done),
+                m.d.comb += [last_next.eq(regs["k"] == 1), valid_next.eq(1)]
+                m.d.sync += [count.eq(0), fresh.eq(1), o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
                              o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
-            m.d.sync += run_open.eq(is_data)
+            m.d.comb += open_next.eq(is_data)
         with m.Elif(fresh):
-            m.d.sync += last.eq(regs["k"] == 1)     # (k is programmed before the operands come)
+            m.d.comb += last_next.eq(regs["k"] == 1)     # (k is programmed before the operands come)
+        if p.stages:
+            self._advance(m, advance, o, (tok_valid, tok_done, is_data, last, run_open), before,
+                          (valid_next, open_next, last_next))
         return m
+
+    def _advance(self, m, advance, o, now, before, nxt):
+        """The pipeline's advance, ``~tok_valid | (free & ~empty)`` of the last stage's token, as
+        ``hold_free | (o.ready & has_data)`` of two registers formed from the next values of what it reads:
+        it loads every stage's registers and the multiplier blocks' clock enables, so its fanout is the
+        unit's; from two flip-flops and the output's ready it is one level of logic in front of it (three
+        from the token's registers)."""
+        tok_valid, tok_done, is_data, last, run_open = now
+        b_valid, _b_stop, b_done, b_data = before
+        valid_next, open_next, last_next = nxt
+        free_reg = Signal(init=1, name="adv_free")     # ~tok_valid | (~empty & (~makes_output | ~o.valid))
+        data_reg = Signal(init=0, name="adv_data")     # ~empty
+        m.d.comb += advance.eq(free_reg | (o.ready & data_reg))
+        v_n, d_n, data_n = (Mux(advance, b, t) for b, t in ((b_valid, tok_valid), (b_done, tok_done),
+                                                             (b_data, is_data)))
+        not_empty_n = data_n | d_n | open_next
+        m.d.sync += [free_reg.eq(~v_n | (not_empty_n & ((data_n & ~last_next) | ~valid_next))),
+                     data_reg.eq(not_empty_n)]
+        # (for the tests: the advance and the expression it stands for, equal in every cycle)
+        self.advance_check = (advance, ~tok_valid | (((is_data & ~last) | ~o.valid | o.ready)
+                                                     & (is_data | tok_done | run_open)))

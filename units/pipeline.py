@@ -101,13 +101,14 @@ class Pipe:
             values = self.cut(values, name)
         return values
 
-    def delay(self, values, name: str) -> list:
+    def delay(self, values, name: str, before_last: bool = False):
         """``values`` through all ``depth`` stages (what travels beside the data: valid bits, a token's stop
-        and done)."""
-        values = list(values)
+        and done); with ``before_last``, ``(last, before)``: also what the last stage loads next (the values
+        after ``depth - 1`` stages)."""
+        values = before = list(values)
         for s in range(self.depth):
-            values = self._stage(values, name, s + 1)
-        return values
+            before, values = values, self._stage(values, name, s + 1)
+        return (values, before) if before_last else values
 
 
 #: the pipeline of a combinational build: no stage

@@ -7,6 +7,7 @@ import pytest
 from step_hdl import Graph, StreamType, Tile
 from step_hdl.functions import fn
 from step_hdl.interp import run
+from step_hdl.sim.streams import Scenario, run_amaranth
 from step_hdl.token import encode
 from step_hdl.types import ragged
 from step_hdl.units.compute import Map, MapParams
@@ -135,3 +136,20 @@ def test_matmul_unit_errors():
         with pytest.raises(ParamError, match=rf"MatMul: k \(products per output tile\) must be an integer in "
                                              rf"1\.\.\.15 \(k_bits 4\), got {bad!r}"):
             unit.configure(dict(fn="matmul", n=2, k=bad), types)
+
+
+@pytest.mark.parametrize("size, dt, k, rank, runs", CASES)
+def test_pipelined_advance_is_its_expression(size, dt, k, rank, runs):
+    """The pipelined unit's advance, formed from two registers and the output's ready, equals
+    ``~tok_valid | (free & ~empty)`` of the last stage's token in every cycle, with random stalls on both
+    sides (zero tiles of empty runs, stops and the k-th pairs among them)."""
+    t = Tile(dt, size, size)
+    inputs = operands(np.random.default_rng(size * 10 + k), t, t, runs, k, rank)
+    for seed in (0, 1, 2):
+        unit = MatMul(MatMulParams(rows=size, cols=size, dtype=dt, max_rank=3, matmul_transpose_a=False,
+                                   pipeline=True))
+        config = unit.configure(dict(fn="matmul", n=2, k=k), {port: st for port, (st, _) in inputs.items()})
+        sc = Scenario(unit.pack_inputs(inputs), unit.output_done_bits(), config, seed=seed, p_gap=0.4, p_drop=0.4)
+        got, _ = run_amaranth(unit, sc, checks=lambda: [unit.advance_check])
+        want = chain_reference(inputs, "matmul", k)["out"]
+        assert unit.fmt("o").unpack_all(got["o"]) == want
