@@ -360,6 +360,13 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
               "the function stages, the buffer's SRAM output register and the linear load's request slice and registered order-queue head, "
               "`docs/units.md`), each a few cycles "
               "more latency at the same II; the other units are the same on both fabrics.", ""]
+    fast = {r["unit"] for r in rows if r.get("fmax_mhz") and r["fmax_mhz"] >= GOAL_MHZ}
+    twins = [r["unit"] for r in slow if f"{r['unit']} pipelined" in fast]
+    if slow and len(twins) == len(slow):
+        lines += [f"Each of them has a pipelined build at or above {GOAL_MHZ} MHz (its `pipelined` row).", ""]
+    elif twins:
+        lines += [f"{', '.join(twins)}: a pipelined build at or above {GOAL_MHZ} MHz (its `pipelined` row); "
+                  f"the others have none.", ""]
     if not slow:
         lines.append("None.")
     for r in slow:
