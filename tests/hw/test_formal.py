@@ -94,14 +94,23 @@ def _cases():
         "Map[add]": lambda: _unit(Map(MapParams(2, 2, "int8", 3, fns=("add",))), agree=("i0", "i1")),
         "Map[matmul]": lambda: _unit(Map(MapParams(2, 2, "int8", 3, fns=("matmul",))), agree=("i0", "i1")),
         "MatMul": lambda: _unit(MatMul(MatMulParams(2, 2, "int8", 3, matmul_transpose_a=False))),
+        # pipelined: the stages' advance from two registers (MatMul), the adder tree's stage (both)
+        "Map[matmul] pipelined": lambda: _unit(Map(MapParams(2, 2, "int8", 3, fns=("matmul",), pipeline=True)),
+                                               agree=("i0", "i1")),
+        "MatMul pipelined": lambda: _unit(MatMul(MatMulParams(2, 2, "int8", 3, matmul_transpose_a=False,
+                                                              pipeline=True))),
         "Accum": lambda: _unit(Accum(AccumParams(2, 2, "int8", 3))),
         "Scan": lambda: _unit(Scan(AccumParams(2, 2, "int8", 3))),
         "FlatMap": lambda: _unit(FlatMap(FlatMapParams(2, 2, "int8", 3))),
         # memory
         "OnChipBuffer": lambda: _unit(OnChipBuffer(OnChipBufferParams(*t, sram_bytes=8))),
+        "OnChipBuffer out_reg": lambda: _unit(OnChipBuffer(OnChipBufferParams(*t, sram_bytes=8, out_reg=True))),
         # rank 1 (two address dimensions): the walk's counters and strides are 16 and 32 bits each
         "LinearOffChipLoad": lambda: _with_memory(LinearOffChipLoad(LinearLoadParams(1, 1, "int8", 1, max_dims=2,
                                                                                      **small))),
+        # pipelined: the request slice, the order queue's registered head, the decoded count registers
+        "LinearOffChipLoad pipelined": lambda: _with_memory(LinearOffChipLoad(LinearLoadParams(
+            1, 1, "int8", 1, max_dims=2, pipeline=True, **small))),
         "RandomOffChipLoad": lambda: _with_memory(RandomOffChipLoad(OffChipParams(*t, **small))),
         "LinearOffChipStore": lambda: _with_memory(LinearOffChipStore(OffChipParams(*t, **small))),
         "RandomOffChipStore": lambda: _with_memory(RandomOffChipStore(OffChipParams(*t, **small))),
@@ -118,7 +127,7 @@ QUICK = {"Queue", "Broadcast", "Zip", "Partition", "Map[relu]", "LinearOffChipSt
                                   for n in CASES])
 def test_stream_contract(name, tmp_path):
     h = CASES[name]()
-    p = prove(name.replace("[", "_").replace("]", ""), h, depth=_depth(h), workdir=tmp_path)
+    p = prove(name.replace("[", "_").replace("]", "").replace(" ", "_"), h, depth=_depth(h), workdir=tmp_path)
     assert p.passed, f"{name}: {p.status}\n" + "\n".join(line for line in p.log.splitlines()
                                                           if "failed" in line or "ERROR" in line)
     assert any(c.endswith("_hold") for c in p.checks)
@@ -174,7 +183,7 @@ def test_every_checked_stream_carries_tokens(name, tmp_path):
     """The proofs are not vacuous: within the same bound, each checked stream can carry tokens (a token and
     its done on a token stream)."""
     h = CASES[name]()
-    p = prove(name.replace("[", "_").replace("]", ""), h, depth=_depth(h), mode="cover",
+    p = prove(name.replace("[", "_").replace("]", "").replace(" ", "_"), h, depth=_depth(h), mode="cover",
               workdir=tmp_path)
     assert p.passed, f"{name}: {p.status}\n" + "\n".join(line for line in p.log.splitlines()
                                                           if "Unreached" in line or "ERROR" in line)
