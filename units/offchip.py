@@ -175,14 +175,13 @@ def contiguous_run(counts, strides) -> int:
 
 # ----------------------------------------------------------------------------- shared request/response core
 
-def _less1(count):
-    """``count - 1``, a bit wider than ``count`` (negative for 0)."""
-    return Cat(count, Const(0, 1)).as_signed() - 1
-
-
-def _less2(count):
-    """``count - 2``, a bit wider than ``count`` (negative for 0 and 1)."""
-    return Cat(count, Const(0, 1)).as_signed() - 2
+def _less(k: int):
+    """The decoding of a count register into ``count - k``, a bit wider than the count (negative below
+    ``k``), named ``less{k}`` (the register's name ends so)."""
+    def less(count):
+        return Cat(count, Const(0, 1)).as_signed() - k
+    less.__name__ = f"less{k}"
+    return less
 
 
 class _Tracker(wiring.Component):
@@ -426,8 +425,8 @@ class LinearOffChipLoad(_MemUnit):
             # the walk's last-step flags compare with count - 1 and count - 2, registers decoded from the
             # counts' writes (the adder before the comparison was the pipelined load's critical path)
             mask, init = (1 << (p.count_bits + 1)) - 1, self.regs.regs[self.regs.index["count0"]].init
-            less = [[self.regs.decoded(m, self.cfg, f"count{j}", fn, (init - k) & mask, p.count_bits + 1)
-                     for j in range(D)] for k, fn in ((1, _less1), (2, _less2))]
+            less = [[self.regs.decoded(m, self.cfg, f"count{j}", _less(k), (init - k) & mask, p.count_bits + 1)
+                     for j in range(D)] for k in (1, 2)]
         w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
                        static_counts=True, count_less=less)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)

@@ -549,7 +549,8 @@ class OnChipBuffer(StepUnit):
                          s2_eager.eq(s1_eager), s2_level.eq(s1_level), s2_tail.eq(s1_tail)]
         with m.Elif(s2_out):
             m.d.sync += s2_valid.eq(0)
-        word = pool.rdata if pooled else None if ram is not None else rd.data
+        # the SRAM's read data (on the platform's blocks only in their output registers, below)
+        word = pool.rdata if pooled else rd.data if ram is None else None
         if p.out_reg:
             s3 = [Signal.like(v, name=f"s3_{v.name[3:]}")
                   for v in (s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail)]
