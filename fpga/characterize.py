@@ -357,7 +357,8 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
             slow.append(r)
     lines += ["", f"## Units under {GOAL_MHZ} MHz", "",
               "The `pipelined` rows are the builds of a fabric with `pipeline` (`Fabric.pipeline`, `--pipeline`: "
-              "the function stages, the buffer's SRAM output register and the linear load's request slice and registered order-queue head, "
+              "the function stages, the buffer's SRAM output register and the linear load's request slice and "
+              "registered order-queue head, "
               "`docs/units.md`), each a few cycles "
               "more latency at the same II; the other units are the same on both fabrics.", ""]
     fast = {r["unit"] for r in rows if r.get("fmax_mhz") and r["fmax_mhz"] >= GOAL_MHZ}

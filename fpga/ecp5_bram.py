@@ -90,34 +90,35 @@ def registered_ram(m, width: int, depth: int, name: str):
     return SimpleNamespace(write=write, read=read, out_en=out_en, data=data)
 
 
-#: a behavioural model of ``DP16KD`` in the modes :func:`registered_ram` instances (port A writes, port B
-#: reads; 36-bit words, or 18 or 9 on each port; the read data in the output register), for simulating a
-#: component elaborated for the ECP5 platform in Verilog; any other mode stops the simulation with a message
-MODEL_VERILOG = """
+def _pins(prefix: str, n: int) -> str:
+    """``prefix{n-1}, ..., prefix0``: a port's pins, most significant first."""
+    return ", ".join(f"{prefix}{k}" for k in reversed(range(n)))
+
+
+def _model() -> str:
+    return f"""
 module DP16KD #(
   parameter DATA_WIDTH_A = 18, DATA_WIDTH_B = 18, REGMODE_A = "NOREG", REGMODE_B = "NOREG",
   parameter RESETMODE = "SYNC", ASYNC_RESET_RELEASE = "SYNC", CSDECODE_A = "0b000", CSDECODE_B = "0b000",
   parameter WRITEMODE_A = "NORMAL", WRITEMODE_B = "NORMAL", GSR = "ENABLED"
 ) (
-  input DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8, DIA7, DIA6, DIA5, DIA4, DIA3, DIA2, DIA1, DIA0,
-  input ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4, ADA3, ADA2, ADA1, ADA0,
+  input {_pins("DIA", _PINS)},
+  input {_pins("ADA", 14)},
   input CEA, OCEA, CLKA, WEA, RSTA, CSA2, CSA1, CSA0,
-  output DOA17, DOA16, DOA15, DOA14, DOA13, DOA12, DOA11, DOA10, DOA9, DOA8, DOA7, DOA6, DOA5, DOA4, DOA3, DOA2, DOA1, DOA0,
-  input DIB17, DIB16, DIB15, DIB14, DIB13, DIB12, DIB11, DIB10, DIB9, DIB8, DIB7, DIB6, DIB5, DIB4, DIB3, DIB2, DIB1, DIB0,
-  input ADB13, ADB12, ADB11, ADB10, ADB9, ADB8, ADB7, ADB6, ADB5, ADB4, ADB3, ADB2, ADB1, ADB0,
+  output {_pins("DOA", _PINS)},
+  input {_pins("DIB", _PINS)},
+  input {_pins("ADB", 14)},
   input CEB, OCEB, CLKB, WEB, RSTB, CSB2, CSB1, CSB0,
-  output DOB17, DOB16, DOB15, DOB14, DOB13, DOB12, DOB11, DOB10, DOB9, DOB8, DOB7, DOB6, DOB5, DOB4, DOB3, DOB2, DOB1, DOB0
+  output {_pins("DOB", _PINS)}
 );
   localparam W = DATA_WIDTH_A, LOW = W == 36 ? 5 : W == 18 ? 4 : 3;
   initial if (DATA_WIDTH_B != W || (W != 36 && W != 18 && W != 9) || REGMODE_B != "OUTREG") begin
     $display("DP16KD model: a mode it does not model");
     $finish;
   end
-  wire [35:0] di = {DIB17, DIB16, DIB15, DIB14, DIB13, DIB12, DIB11, DIB10, DIB9, DIB8, DIB7, DIB6, DIB5, DIB4, DIB3,
-                    DIB2, DIB1, DIB0, DIA17, DIA16, DIA15, DIA14, DIA13, DIA12, DIA11, DIA10, DIA9, DIA8, DIA7, DIA6,
-                    DIA5, DIA4, DIA3, DIA2, DIA1, DIA0};
-  wire [13:0] ada = {ADA13, ADA12, ADA11, ADA10, ADA9, ADA8, ADA7, ADA6, ADA5, ADA4, ADA3, ADA2, ADA1, ADA0};
-  wire [13:0] adb = {ADB13, ADB12, ADB11, ADB10, ADB9, ADB8, ADB7, ADB6, ADB5, ADB4, ADB3, ADB2, ADB1, ADB0};
+  wire [35:0] di = {{{_pins("DIB", _PINS)}, {_pins("DIA", _PINS)}}};
+  wire [13:0] ada = {{{_pins("ADA", 14)}}};
+  wire [13:0] adb = {{{_pins("ADB", 14)}}};
   // the 36-bit mode writes on CEA with its byte enables on ADA0-3; the others on CEA and WEA
   wire we = W == 36 ? CEA & WEA & (&ada[3:0]) : CEA & WEA;
   reg [35:0] mem [0:2047];
@@ -135,10 +136,14 @@ module DP16KD #(
     if (CEB) latch <= mem[adb >> LOW];
     if (OCEB) out <= latch;
   end
-  wire [35:0] q = W == 36 ? out : {18'b0, out[17:0]};
-  assign {DOA17, DOA16, DOA15, DOA14, DOA13, DOA12, DOA11, DOA10, DOA9, DOA8, DOA7, DOA6, DOA5, DOA4, DOA3, DOA2, DOA1,
-          DOA0} = q[17:0];
-  assign {DOB17, DOB16, DOB15, DOB14, DOB13, DOB12, DOB11, DOB10, DOB9, DOB8, DOB7, DOB6, DOB5, DOB4, DOB3, DOB2, DOB1,
-          DOB0} = W == 36 ? q[35:18] : q[17:0];
+  wire [35:0] q = W == 36 ? out : {{18'b0, out[17:0]}};
+  assign {{{_pins("DOA", _PINS)}}} = q[17:0];
+  assign {{{_pins("DOB", _PINS)}}} = W == 36 ? q[35:18] : q[17:0];
 endmodule
 """
+
+
+#: a behavioural model of ``DP16KD`` in the modes :func:`registered_ram` instances (port A writes, port B
+#: reads; 36-bit words, or 18 or 9 on each port; the read data in the output register), for simulating a
+#: component elaborated for the ECP5 platform in Verilog; any other mode stops the simulation with a message
+MODEL_VERILOG = _model()

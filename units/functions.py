@@ -455,7 +455,7 @@ class Requantize(HwFn):
 
         def mask(shift):
             return shift_mask(w, shift, out.dtype)
-        return {"shift_mask": ("shift", mask, w, mask(0))}
+        return {"shift_mask": ("shift", mask, w, mask(self.regs[0].init))}
 
     def build(self, m, a, b, out, regs, pipe=NO_PIPE):
         mask = regs.get("shift_mask")

@@ -186,17 +186,18 @@ class MatMul(Map):
         with m.Elif(fresh):
             m.d.comb += last_next.eq(regs["k"] == 1)     # (k is programmed before the operands come)
         if p.stages:
-            self._advance(m, advance, o, (tok_valid, tok_done, is_data, last, run_open), before,
-                          (valid_next, open_next, last_next))
+            self._advance(m, advance, o, (tok_valid, tok_done, is_data), before, (valid_next, open_next, last_next))
+            # (for the tests: the advance and the expression it stands for, equal in every cycle)
+            self.advance_check = (advance, ~tok_valid | (free & ~empty))
         return m
 
     def _advance(self, m, advance, o, now, before, nxt):
         """The pipeline's advance, ``~tok_valid | (free & ~empty)`` of the last stage's token, as
-        ``hold_free | (o.ready & has_data)`` of two registers formed from the next values of what it reads:
+        ``adv_free | (o.ready & adv_data)`` of two registers formed from the next values of what it reads:
         it loads every stage's registers and the multiplier blocks' clock enables, so its fanout is the
         unit's; from two flip-flops and the output's ready it is one level of logic in front of it (three
         from the token's registers)."""
-        tok_valid, tok_done, is_data, last, run_open = now
+        tok_valid, tok_done, is_data = now
         b_valid, _b_stop, b_done, b_data = before
         valid_next, open_next, last_next = nxt
         free_reg = Signal(init=1, name="adv_free")     # ~tok_valid | (~empty & (~makes_output | ~o.valid))
@@ -207,6 +208,3 @@ class MatMul(Map):
         not_empty_n = data_n | d_n | open_next
         m.d.sync += [free_reg.eq(~v_n | (not_empty_n & ((data_n & ~last_next) | ~valid_next))),
                      data_reg.eq(not_empty_n)]
-        # (for the tests: the advance and the expression it stands for, equal in every cycle)
-        self.advance_check = (advance, ~tok_valid | (((is_data & ~last) | ~o.valid | o.ready)
-                                                     & (is_data | tok_done | run_open)))

@@ -123,11 +123,16 @@ CASES = _cases()
 QUICK = {"Queue", "Broadcast", "Zip", "Partition", "Map[relu]", "LinearOffChipStore"}
 
 
+def _proof_name(name: str) -> str:
+    """A case's name as a file name: ``Map[matmul] pipelined`` -> ``Map_matmul_pipelined``."""
+    return name.replace("[", "_").replace("]", "").replace(" ", "_")
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.formal)
                                   for n in CASES])
 def test_stream_contract(name, tmp_path):
     h = CASES[name]()
-    p = prove(name.replace("[", "_").replace("]", "").replace(" ", "_"), h, depth=_depth(h), workdir=tmp_path)
+    p = prove(_proof_name(name), h, depth=_depth(h), workdir=tmp_path)
     assert p.passed, f"{name}: {p.status}\n" + "\n".join(line for line in p.log.splitlines()
                                                           if "failed" in line or "ERROR" in line)
     assert any(c.endswith("_hold") for c in p.checks)
@@ -183,7 +188,7 @@ def test_every_checked_stream_carries_tokens(name, tmp_path):
     """The proofs are not vacuous: within the same bound, each checked stream can carry tokens (a token and
     its done on a token stream)."""
     h = CASES[name]()
-    p = prove(name.replace("[", "_").replace("]", "").replace(" ", "_"), h, depth=_depth(h), mode="cover",
+    p = prove(_proof_name(name), h, depth=_depth(h), mode="cover",
               workdir=tmp_path)
     assert p.passed, f"{name}: {p.status}\n" + "\n".join(line for line in p.log.splitlines()
                                                           if "Unreached" in line or "ERROR" in line)
