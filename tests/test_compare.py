@@ -178,17 +178,17 @@ def test_model_tracks_rtl_quarter_size_sweep(dram):
     assert mape([p["rtl_cycles"] for p in rest], [p["model_cycles"] for p in rest]) <= 3.5
 
 
-@pytest.mark.xfail(strict=True, reason="the RTL DRAM model's per-port sequencer: each channel takes one new block "
-                                       "a cycle (ports in turn) and a port's next request waits for its current "
-                                       "one's blocks; the model's DRAM has no such turn (docs/architecture.md)")
+@pytest.mark.xfail(strict=True, reason="the RTL's channels take the ports' blocks in turn, so two loads that issue "
+                                       "together start in lockstep; the model's DRAM books a transfer as it is "
+                                       "issued, one port's before the other's (docs/crossval.md)")
 def test_one_channel_weight_columns_within_10_percent():
-    """W1's and W3's [64, 4] column tiles (tile_inter = P) lie 1 KB apart, all 16 physical tiles on one of
-    the 8 channels, and both loads walk the same column together: the ports alternate on that channel and
-    their next requests, to other channels, wait behind. A closed-loop replay of the DRAM rules with the
-    loads' request streams (4 x 4) finishes W1 at 4,703 cycles, 4,350 without the one-block-per-channel
-    rule, the model's DRAM 4,215, the RTL 5,038 (compute coupling the rest). Each port's tile then completes
-    at half the channel's rate, so its credits come back later: with 128 credits the RTL takes 4,398 cycles
-    at 4 x 4 and the model 4,405; with 64, 5,231 and 4,667 (-10.8 %)."""
+    """W1's and W3's [64, 4] column tiles (tile_inter = P) lie 16 KB apart, column c of both on channel
+    c // 2 % 8. Measured at 4 x 4 (RTL memory-port handshakes from a waveform, the model's DRAM accesses
+    logged), both reach the same steady state, a tile every 34.5 cycles per load with W3 a channel pair behind
+    W1; the RTL starts the two in lockstep (the channel serves the ports in turn: first tiles complete at 132
+    and 140) and W3 drifts behind over 88 tiles, the model separates them at the first tile (104 and 168):
+    W1 reaches tile 88 at 3,588 cycles in RTL and 3,000 in the model, the point's 564 cycles (5,231 against
+    4,667, -10.8 %). With 128 credits the RTL takes 4,398 cycles and the model 4,405."""
     c = compare(_quarter("paper"))
     assert all(abs(p["error_pct"]) <= 10 for p in c.points)
 
