@@ -46,15 +46,17 @@ def units(tile: int, dtype: str):
 PLUMBING = ("Queue", "ForwardSlice", "BackwardSlice", "FullSlice", "Broadcast")
 
 #: the units whose build ``Fabric.pipeline`` changes: the compute units' function stages, the buffer's SRAM
-#: output register (``OnChipBufferParams.out_reg``), the linear load's request slice
-PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "Map[requantize]", "OnChipBuffer", "LinearOffChipLoad")
+#: output register (``OnChipBufferParams.out_reg``), the linear load's request slice, the kept Accum's
+#: registered control
+PIPELINED = ("Map[matmul]", "MatMul", "Map[silu]", "Map[requantize]", "OnChipBuffer", "LinearOffChipLoad",
+             "Accum[add,kept]")
 
 
 def unit_names() -> list[str]:
-    """Names of :func:`unit`: the stream plumbing, the catalog, then SiLU's and requantize's Maps (the
-    pipelined builds are ``unit(name, ..., pipeline=True)``)."""
+    """Names of :func:`unit`: the stream plumbing, the catalog, then SiLU's and requantize's Maps and the
+    Accum with kept positions (the pipelined builds are ``unit(name, ..., pipeline=True)``)."""
     from step_hdl.units.catalog import CATALOG
-    return [*PLUMBING, *CATALOG, "Map[silu]", "Map[requantize]"]
+    return [*PLUMBING, *CATALOG, "Map[silu]", "Map[requantize]", "Accum[add,kept]"]
 
 
 def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
@@ -73,6 +75,9 @@ def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
     if name == "Map[requantize]":   # from a matmul's int32 sums to the tile's type
         from step_hdl.units.compute import Map, MapParams
         return Map(MapParams(tile, tile, "int32", 3, fns=("requantize",), out_dtype=dtype, pipeline=pipeline))
+    if name == "Accum[add,kept]":   # the SwiGLU down projection's: a matmul's int32 sums kept per position
+        from step_hdl.units.compute import Accum, AccumParams
+        return Accum(AccumParams(tile, tile, "int32", 4, state_dtype="int32", positions=16, pipeline=pipeline))
     from step_hdl.units.catalog import CATALOG
     entry = CATALOG[name]
     u = entry.make(tile, tile, dtype)

@@ -242,7 +242,8 @@ class AccumAdapter(Adapter):
         t = _tile(node.t("in"), f"{node.kind} '{node.name}'")
         st = _tile(node.out_types["out"], f"{node.kind} '{node.name}'")
         positions = fab.accum_positions if node.params.get("keep") else 0
-        extra = {"positions": positions} if positions else {}
+        # a fabric with ``pipeline`` registers the keep hardware's control (the plain Accum is fast enough)
+        extra = {"positions": positions, **({"pipeline": True} if fab.pipeline else {})} if positions else {}
         return compute.AccumParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank,
                                    updates=(node.p("update").name,), state_rows=int(st.rows),
                                    state_cols=int(st.cols), state_dtype=st.dtype.name, **extra)

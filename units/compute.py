@@ -78,6 +78,10 @@ def _valid_rows(tile: "TileVal | None", port, fn_name: str):
                                for r in range(tile.rows) for c in range(tile.cols)])
 
 
+def _plus(a, b):
+    return a + b
+
+
 def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
     return TokenFormat(TileFormat(tile.dtype, int(tile.rows), int(tile.cols)), max_rank)
 
@@ -459,7 +463,10 @@ class AccumParams(StreamParams):
     (state ``[R, C]`` of ``[r, C]`` rows, ``r`` divides ``R``; not both kinds).
     ``positions`` (Accum with add/max only) is the most kept positions the
     unit holds for ``keep > 0``: a memory of that many state tiles; 0 (the
-    default) builds no keep hardware.
+    default) builds no keep hardware. ``pipeline`` (with ``positions``; a
+    fabric with ``pipeline``): the keep hardware's control decisions come from
+    registers formed from their next values (the same cycles, a shorter clock
+    period; :meth:`Accum._elaborate_keep`).
     """
 
     updates: tuple = ("add",)
@@ -467,6 +474,7 @@ class AccumParams(StreamParams):
     state_cols: int | None = None
     state_dtype: str | None = None
     positions: int = 0
+    pipeline: bool = False
 
     def validate(self):
         super().validate()
@@ -490,6 +498,10 @@ class AccumParams(StreamParams):
         if self.positions and self.retile:
             raise ParamError(f"{self.owner}: positions (keep hardware) needs add/max updates, "
                              f"not retile_row")
+        if not isinstance(self.pipeline, bool):
+            raise ParamError(f"{self.owner}: pipeline must be true or false, got {self.pipeline!r}")
+        if self.pipeline and not self.positions:
+            raise ParamError(f"{self.owner}: pipeline changes only the keep hardware; it needs positions > 0")
         st, el = self.state_tile, self.elem_tile
         if self.retile:
             if st.dtype != el.dtype or self.state_cols not in (None, self.cols):
@@ -559,6 +571,9 @@ class _Reduce(StepUnit):
         if keep and not p.positions:
             raise ParamError(f"{owner}: keep={keep} needs position memory, but this unit has none "
                              f"(built with positions=0)")
+        if p.pipeline and not keep:
+            raise ParamError(f"{owner}: a pipelined unit with positions runs keep > 0 only (a fabric builds "
+                             f"positions for a node with keep), got keep=0")
         if upd.name not in p.updates:
             raise ParamError(f"{owner}: update {upd.name!r} is not built into this unit (it has {list(p.updates)})")
         if init.name not in ("zeros", "lowest"):
@@ -600,12 +615,13 @@ class _Reduce(StepUnit):
         return self.config_image(**values)
 
     # ---- shared hardware
-    def _state_logic(self, m, stored=None, fresh=None):
-        """(state, fresh, current, next_on_data, row counter or None).
+    def _state_logic(self, m, stored=None, fresh=None, elem=None):
+        """(state, fresh, current, next_on_data, row counter or None, init tile).
 
         By default the state is a register (``state``) and ``fresh`` a new flag; with
         ``stored`` (a value, e.g. a memory's read data) and ``fresh`` given, the current
         state is ``init`` when ``fresh`` is set, else ``stored`` (``state`` is then ``stored``).
+        ``elem``: the element tile the update takes (default: the input's payload).
         """
         p = self.params
         regs = self.regs.signals
@@ -624,7 +640,9 @@ class _Reduce(StepUnit):
         cur = Signal(lay, name="current")
         m.d.comb += cur.eq(Mux(fresh, init_tile.as_value(), state.as_value()))
         nxt = Signal(lay, name="next_state")
-        x = TileVal.of(el_tile, self.i.payload.payload)
+        if elem is None:
+            elem = self.i.payload.payload
+        x = TileVal.of(el_tile, elem)
         cnt = None
         if p.retile:
             blocks = int(st_tile.rows) // p.rows
@@ -646,8 +664,8 @@ class _Reduce(StepUnit):
                     with m.Case(k):
                         m.d.comb += [tile_elems(nxt)[j].eq(v) for j, v in enumerate(update_elems(m, u, s, x))]
             if has_short(nxt):          # a chunk's elements share their valid rows; the state takes them
-                m.d.comb += nxt.short.eq(token_short(self.i.payload.payload))
-        return state, fresh, cur, nxt, cnt
+                m.d.comb += nxt.short.eq(token_short(elem))
+        return state, fresh, cur, nxt, cnt, init_tile
 
 
 class Accum(_Reduce):
@@ -711,6 +729,23 @@ class Accum(_Reduce):
     Resources: two banks of ``P`` state words (state tile width) and ``P`` stop
     levels of memory, one adder/comparator per state element (shared by all
     positions).
+
+    **Pipelined** (``params.pipeline``, a fabric with ``pipeline``; keep > 0
+    only, :meth:`configure` rejects keep = 0): the same tokens in the same
+    cycles, with shorter paths. An update takes two cycles: the cycle a data
+    token is taken registers its position's state word and the token, the next
+    adds them and writes the sum back (a position's next update comes a chunk
+    end later, when the read port, transparent for the write of the cycle
+    before, has it). The emitter's end flag is a register beside a count of
+    the positions left, its inner-stop flags are flip-flops (copied at the
+    hand-over, shifted as it moves on), ``keep + rank`` is a register decoded
+    from the writes of either, the accumulating side's read address is formed
+    without ``i.ready`` (a token not taken, a block end or done, uses no word),
+    and the output tile is chosen by registers and loaded whenever the output
+    register is free. Combinational: ``i.ready`` from ``o.ready`` (for a block
+    end while the emitter sends its last token, and for done); the emitter's
+    read address from ``o.ready``. Resources: the state and element tiles'
+    registers (two tiles of flip-flops) and ``P`` flags twice more.
     """
 
     kind = "Accum"
@@ -723,7 +758,7 @@ class Accum(_Reduce):
         self.regs.elaborate(m, self.cfg)
         b = self.regs["rank"]
         i, o = self.i, self.o
-        state, fresh, cur, nxt, cnt = self._state_logic(m)
+        state, fresh, cur, nxt, cnt, _ = self._state_logic(m)
         k = i.payload.stop
         is_data = ~i.payload.done & (k == 0)
         drop = ~i.payload.done & (k != 0) & (k < b)
@@ -799,57 +834,125 @@ class Accum(_Reduce):
         # each bank's read port sees its side's next position: its data is the state at ``idx``/``eidx``
         m.d.comb += [idx_next.eq(idx), eidx_next.eq(eidx)]
         m.d.sync += [idx.eq(idx_next), eidx.eq(eidx_next)]
+        enpos_new = Signal.like(enpos, name="emit_positions_new")     # the count a hand-over gives the emitter
+        m.d.comb += enpos_new.eq(Mux(first, idx, npos))
+        # whether the emitter is past its block's last position: with ``pipeline`` a register, with the
+        # positions left to emit (``emit_remaining``, enpos - eidx while emitting) counted down beside it, so
+        # that its next value is chosen among flags of registers (no comparison after the emitter's read)
+        emit_inc, handoff = Signal(name="emit_advance"), Signal(name="emit_handoff")
+        if p.pipeline:
+            at_end = Signal(init=1, name="emit_at_end")
+            rem = Signal.like(enpos, name="emit_remaining")
+            with m.If(handoff):
+                m.d.sync += [rem.eq(enpos_new), at_end.eq(enpos_new == 0)]
+            with m.Elif(emit_inc):
+                m.d.sync += [rem.eq(rem - 1), at_end.eq(rem == 1)]
+        else:
+            at_end = eidx >= enpos
+        # for tests: while emitting, ``at_end`` equals the comparison in every cycle
+        self.at_end_check = (at_end & emitting, (eidx >= enpos) & emitting)
         e_data, e_stop = Signal(width), Signal(sb)
         stored, wdata, wstop, wen, tw_en, tw_addr = (Signal(width), Signal(width), Signal(sb), Signal(),
                                                      Signal(), Signal.like(idx))
+        k, done = i.payload.stop, i.payload.done
+        is_data = ~done & (k == 0)
         m.d.comb += tw_addr.eq(idx)
-        for k in range(2):
-            mine = acc == k
-            m.d.comb += [s_rd[k].addr.eq(Mux(mine, idx_next, eidx_next)),
-                         t_rd[k].addr.eq(Mux(mine, idx_next, eidx_next)),
-                         s_wr[k].addr.eq(idx), s_wr[k].data.eq(wdata), s_wr[k].en.eq(wen & mine),
-                         t_wr[k].addr.eq(tw_addr), t_wr[k].data.eq(wstop), t_wr[k].en.eq(tw_en & mine)]
+        if p.pipeline:
+            # the accumulating side reads at the position the next token has if the one at the input is taken
+            # (every token but a block end or done is): the read's address does not wait for i.ready, which
+            # depends on the output and the emitter; a token not taken is a block end or done, which does not
+            # use the word it reads
+            acc_next = Mux(i.valid & is_data & (idx < n_pos), idx + 1,
+                           Mux(i.valid & (done | ((k != 0) & (k >= keep))), 0, idx))
+        else:
+            acc_next = idx_next
+        for j in range(2):
+            mine = acc == j
+            m.d.comb += [s_rd[j].addr.eq(Mux(mine, acc_next, eidx_next)), s_wr[j].data.eq(wdata),
+                         t_rd[j].addr.eq(Mux(mine, acc_next, eidx_next)),
+                         t_wr[j].addr.eq(tw_addr), t_wr[j].data.eq(wstop), t_wr[j].en.eq(tw_en & mine)]
         m.d.comb += [stored.eq(Mux(acc, s_rd[1].data, s_rd[0].data)),
                      e_data.eq(Mux(acc, s_rd[0].data, s_rd[1].data)),
                      e_stop.eq(Mux(acc, t_rd[0].data, t_rd[1].data))]
-        _, _, cur, nxt, _ = self._state_logic(m, stored=stored, fresh=first)
-        m.d.comb += wdata.eq(nxt.as_value())
-
-        k, done = i.payload.stop, i.payload.done
-        is_data = ~done & (k == 0)
+        if p.pipeline:
+            # whether a recorded inner stop follows a position, also in flip-flops: written as the stop memory
+            # is (``inner_stop_flags``), copied for the emitter at the hand-over and shifted as it moves on
+            # (``emit_inner_flags``), so that the emitter's next index depends on a flip-flop, not on a read
+            aflags = Signal(n_pos, name="inner_stop_flags")
+            eflags = Signal(n_pos, name="emit_inner_flags")
+            with m.If(tw_en):
+                m.d.sync += aflags.bit_select(tw_addr, 1).eq(wstop != 0)
+            with m.If(handoff):
+                m.d.sync += eflags.eq(aflags)
+            with m.Elif(emit_inc):
+                m.d.sync += eflags.eq(eflags >> 1)
+            e_inner = eflags[0]
+        else:
+            e_inner = e_stop != 0
+        if not p.pipeline:
+            for j in range(2):
+                m.d.comb += [s_wr[j].addr.eq(idx), s_wr[j].en.eq(wen & (acc == j))]
+            _, _, cur, nxt, _, _ = self._state_logic(m, stored=stored, fresh=first)
+            m.d.comb += wdata.eq(nxt.as_value())
+        else:
+            # the update in two cycles: the cycle a data token is taken registers the read port's data at its
+            # position (``update_state``) and the token; the next cycle adds them and writes the sum back
+            # (``update_*``). The next update of a position comes a chunk end after it at the earliest, when the
+            # read port, transparent for the write of the cycle before, sees the sum: the same tokens in the
+            # same cycles. (The read port's own register is on its address in a LUT RAM: the memory's read
+            # starts the update's path, so the data is registered again.)
+            upd, upd_bank = Signal(name="update_valid"), Signal(name="update_bank")
+            upd_addr = Signal.like(idx, name="update_position")
+            x_r = Signal.like(i.payload.payload, name="update_elem")
+            upd_state = Signal(width, name="update_state")      # init in a block's first chunk
+            _, _, _, nxt, _, init = self._state_logic(m, stored=upd_state, fresh=Const(0), elem=x_r)
+            m.d.sync += [upd.eq(wen), upd_bank.eq(acc), upd_addr.eq(idx), x_r.eq(i.payload.payload),
+                         upd_state.eq(Mux(first, init.as_value(), stored))]
+            for j in range(2):
+                m.d.comb += [s_wr[j].addr.eq(upd_addr), s_wr[j].en.eq(upd & (upd_bank == j))]
+            m.d.comb += wdata.eq(nxt.as_value())
         out_free = ~o.valid | o.ready
         room = idx < n_pos
 
         def put(payload, stop_level, is_done=0):
-            m.d.sync += [o.valid.eq(1), o.payload.payload.eq(payload), o.payload.stop.eq(stop_level),
-                         o.payload.done.eq(is_done)]
+            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(stop_level), o.payload.done.eq(is_done)]
+            if not p.pipeline:
+                m.d.sync += o.payload.payload.eq(payload)
 
+        if p.pipeline:
+            # the output tile: the emitter's state or 0 (every stop and done), chosen by registers and loaded
+            # whenever the output register is free (its tile only matters once a put makes it valid), instead
+            # of the puts' chain of assignments enabled by their whole condition
+            with m.If(out_free):
+                m.d.sync += o.payload.payload.eq(Mux(emitting & ~at_end & ~after, e_data, 0))
+
+        if p.pipeline:      # keep + b: a register decoded from the writes of either (not an adder in i.ready)
+            reset = sum(r.init for r in self.regs.regs if r.name in ("keep", "rank"))
+            keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), _plus, reset, len(keep) + 1)
+        else:
+            keep_b = keep + b
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
         # the emitter: one output token per free cycle, from the bank not being accumulated
         last = Signal(name="emit_last")        # the emitter sends its block's closing stop this cycle
-        m.d.comb += last.eq(emitting & out_free & (eidx >= enpos))
+        m.d.comb += last.eq(emitting & out_free & at_end)
         with m.If(emitting & out_free):
-            with m.If(eidx >= enpos):
+            with m.If(at_end):
                 put(0, fstop)
                 m.d.sync += emitting.eq(0)
                 m.d.comb += eidx_next.eq(0)
             with m.Elif(after):
                 put(0, e_stop)
                 m.d.sync += after.eq(0)
-                m.d.comb += eidx_next.eq(eidx + 1)
+                m.d.comb += [eidx_next.eq(eidx + 1), emit_inc.eq(1)]
             with m.Else():
                 put(e_data, 0)
-                with m.If(e_stop != 0):
+                with m.If(e_inner):
                     m.d.sync += after.eq(1)
                 with m.Else():
-                    m.d.comb += eidx_next.eq(eidx + 1)
-        with m.If(pend != 0):                     # keep = 0 only: the stop after an emitted state
-            with m.If(out_free):
-                put(0, pend)
-                m.d.sync += pend.eq(0)
-        with m.Elif(keep != 0):
-            block_end = ~done & (k != 0) & (k >= keep + b)
+                    m.d.comb += [eidx_next.eq(eidx + 1), emit_inc.eq(1)]
+        def kept():
+            block_end = ~done & (k != 0) & (k >= keep_b)
             # done needs the output; a block end needs the other bank free (its emission over by this cycle)
             m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free, ~block_end | ~emitting | last))
             with m.If(i.valid & i.ready):
@@ -870,8 +973,19 @@ class Accum(_Reduce):
                     with m.If(first):
                         m.d.sync += npos.eq(idx)
                     with m.If(block_end):         # hand the bank to the emitter (its index is back at 0)
-                        m.d.sync += [emitting.eq(1), enpos.eq(Mux(first, idx, npos)), fstop.eq(k - b),
-                                     after.eq(0), acc.eq(~acc), first.eq(1)]
+                        m.d.sync += [emitting.eq(1), enpos.eq(enpos_new), fstop.eq(k - b), after.eq(0),
+                                     acc.eq(~acc), first.eq(1)]
+                        m.d.comb += handoff.eq(1)
+
+        if p.pipeline:      # keep > 0 only (configure): a fabric builds positions for a node with keep
+            kept()
+            return m
+        with m.If(pend != 0):                     # keep = 0 only: the stop after an emitted state
+            with m.If(out_free):
+                put(0, pend)
+                m.d.sync += pend.eq(0)
+        with m.Elif(keep != 0):
+            kept()
         with m.Else():                            # keep = 0: a plain Accum with its state in word 0
             drop = ~done & (k != 0) & (k < b)
             close = ~done & (k != 0) & (k >= b)
@@ -915,7 +1029,7 @@ class Scan(_Reduce):
         self.regs.elaborate(m, self.cfg)
         b = self.regs["rank"]
         i, o = self.i, self.o
-        state, fresh, cur, nxt, _ = self._state_logic(m)
+        state, fresh, cur, nxt, _, _ = self._state_logic(m)
         k = i.payload.stop
         is_data = ~i.payload.done & (k == 0)
         out_free = ~o.valid | o.ready

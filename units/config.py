@@ -73,16 +73,20 @@ class ConfigRegs:
                     with m.Case(k):
                         m.d.sync += self.signals[r.name].eq(port.payload.data[:r.width])
 
-    def decoded(self, m: Module, port, name: str, fn, init: int, width: int = 1) -> Signal:
+    def decoded(self, m: Module, port, name, fn, init: int, width: int = 1) -> Signal:
         """A register of ``width`` bits holding ``fn(value)`` of register ``name``, decoded from the write
         itself, so it changes in the same cycle as the register (a token may follow the last write by one
         cycle) while the logic that reads it starts at a flip-flop. ``init``: its value for the register's
-        reset value."""
-        k, r = self.index[name], self.regs[self.index[name]]
-        flag = Signal(width, init=init, name=f"cfg_{name}_{getattr(fn, '__name__', 'flag')}")
-        value = port.payload.data[:r.width]
-        with m.If(port.valid & (port.payload.addr == k)):
-            m.d.sync += flag.eq(fn(value.as_signed() if r.signed else value))
+        reset value. ``name`` may be a tuple of registers: ``fn`` then takes one value per register, the
+        written one from the write and the others from their registers."""
+        names = (name,) if isinstance(name, str) else tuple(name)
+        flag = Signal(width, init=init, name=f"cfg_{'_'.join(names)}_{getattr(fn, '__name__', 'flag')}")
+        for n in names:
+            k, r = self.index[n], self.regs[self.index[n]]
+            value = port.payload.data[:r.width]
+            args = [(value.as_signed() if r.signed else value) if o == n else self.signals[o] for o in names]
+            with m.If(port.valid & (port.payload.addr == k)):
+                m.d.sync += flag.eq(fn(*args))
         return flag
 
     def image(self, **values) -> list[tuple[int, int]]:

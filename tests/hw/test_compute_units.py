@@ -7,6 +7,8 @@ from amaranth.sim import Simulator
 
 from step_hdl import StepTypeError, StreamType, Tile
 from step_hdl.functions import fn
+from step_hdl.interp import run_operator
+from step_hdl.sim.streams import Scenario, run_amaranth
 from step_hdl.token import encode
 from step_hdl.types import dtype, dyn, ragged
 from step_hdl.units.compute import Accum, AccumParams, FlatMap, FlatMapParams, Map, MapParams, Scan
@@ -450,17 +452,20 @@ def keep_op(update, init, rank, keep, size=2, dt="int32"):
     ((3, 4, 1, 1), 1, 2, 1),    # one position: back-to-back updates of the same memory word
 ], ids=str)
 @pytest.mark.parametrize("update, init", [("add", "zeros"), ("max", "lowest")])
-def test_accum_keep(sim_backend, shape, rank, keep, positions, update, init):
-    """int16 [2, 2] elements, int32 state per kept position."""
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def test_accum_keep(sim_backend, shape, rank, keep, positions, update, init, pipeline):
+    """int16 [2, 2] elements, int32 state per kept position (pipelined: the update in two cycles, a read
+    register per bank that takes the word written in its cycle)."""
     unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", updates=("add", "max"), positions=positions,
-                             max_rank=3))
+                             max_rank=3, pipeline=pipeline))
     inputs = {"in": keep_stream(np.random.default_rng(20), Tile("int16", 2, 2), regular(shape), shape)}
     check_unit(unit, "Accum", inputs, keep_op(update, init, rank, keep), backend=sim_backend)
 
 
-def test_accum_keep_tiling_shape(sim_backend):
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def test_accum_keep_tiling_shape(sim_backend, pipeline):
     """The tiling pass's form: Accum(rank=1, keep=2) over [n, k, 1, c] int32 tiles (one logical row of c tiles)."""
-    unit = Accum(AccumParams(rows=2, cols=2, dtype="int32", positions=4, max_rank=3))
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int32", positions=4, max_rank=3, pipeline=pipeline))
     inputs = {"in": keep_stream(np.random.default_rng(21), Tile("int32", 2, 2), regular((2, 3, 1, 4)),
                                 (2, 3, 1, 4))}
     check_unit(unit, "Accum", inputs, keep_op("add", "zeros", 1, 2), backend=sim_backend)
@@ -474,8 +479,10 @@ def test_accum_keep_tiling_shape(sim_backend):
     ([[[2, 2], [2, 2, 2]], [[2]]], (2, L, M, 2), 2, 1),       # ragged rank-2 blocks
     ([], (0, 2, 2), 1, 1),                                      # the empty stream: done only
 ], ids=str)
-def test_accum_keep_ragged(sim_backend, struct, shape, rank, keep):
-    unit = Accum(AccumParams(rows=2, cols=2, dtype="int8", updates=("add", "max"), positions=4, max_rank=3))
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def test_accum_keep_ragged(sim_backend, struct, shape, rank, keep, pipeline):
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int8", updates=("add", "max"), positions=4, max_rank=3,
+                             pipeline=pipeline))
     inputs = {"in": keep_stream(np.random.default_rng(22), Tile("int8", 2, 2), struct, shape)}
     for update, init in (("add", "zeros"), ("max", "lowest")):
         check_unit(unit, "Accum", inputs, keep_op(update, init, rank, keep), backend=sim_backend)
@@ -492,11 +499,12 @@ def test_accum_keep_unit_without_keep(sim_backend, shape_key, rank):
         check_unit(unit, "Accum", {"in": (st, toks)}, op, backend=sim_backend)
 
 
-def test_accum_keep_throughput(sim_backend):
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def test_accum_keep_throughput(sim_backend, pipeline):
     """No stalls: one cycle per input token, a block end included; a block's n states and s recorded
     inner stops leave from one bank while the next block comes in to the other, so only the last block's
-    emission (n + s + 1 tokens) adds to the run."""
-    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3))
+    emission (n + s + 1 tokens) adds to the run. The pipelined build takes the same cycles."""
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3, pipeline=pipeline))
     rng = np.random.default_rng(24)
     fast = dict(backend=sim_backend, seeds=(0,), p_gap=0, p_drop=0)
     cycles, tokens = {}, {}
@@ -509,10 +517,11 @@ def test_accum_keep_throughput(sim_backend):
     assert cycles[(3, 4, 2, 3)] - cycles[(1, 1, 1, 1)] == extra
 
 
-def test_accum_keep_back_to_back_blocks(sim_backend):
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def test_accum_keep_back_to_back_blocks(sim_backend, pipeline):
     """Blocks of one chunk: each block's 6 data and block end come in while the previous block's 6
     states and stop leave, the bank handed over in the cycle its emission ends: 7 cycles per block."""
-    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3))
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3, pipeline=pipeline))
     rng = np.random.default_rng(25)
     fast = dict(backend=sim_backend, seeds=(0,), p_gap=0, p_drop=0)
     cycles = {}
@@ -543,11 +552,55 @@ def test_accum_keep_params():
     (lambda: AccumParams(rows=1, updates=("retile_row",), state_rows=4, positions=2),
      "AccumParams: positions (keep hardware) needs add/max updates, not retile_row"),
     (lambda: Scan(AccumParams(positions=2)), "Scan: positions=2 is not supported"),
+    (lambda: AccumParams(positions=2, pipeline=1), "AccumParams: pipeline must be true or false, got 1"),
+    (lambda: AccumParams(pipeline=True),
+     "AccumParams: pipeline changes only the keep hardware; it needs positions > 0"),
 ])
 def test_bad_keep_parameters(make, message):
     with pytest.raises(ParamError) as exc:
         make()
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("struct, shape, rank, keep", [
+    (regular((3, 4, 2, 3)), (3, 4, 2, 3), 1, 2),
+    (regular((3, 4, 1, 1)), (3, 4, 1, 1), 1, 2),               # one position, updated every other cycle
+    ([[[2, 1], [2, 1]], [[3], [3]]], (2, 2, L, M), 1, 2),       # ragged kept rows, recorded inner stops
+    ([[[2, 2], [2, 2, 2]], [[2]]], (2, L, M, 2), 2, 1),
+], ids=str)
+def test_pipelined_keep_unit_takes_the_same_cycles(sim_backend, struct, shape, rank, keep):
+    """The pipelined build (the update in two cycles, registered emitter flags) moves every token in the
+    cycle the plain build does, under the same random stalls on both sides (the model times both alike)."""
+    inputs = {"in": keep_stream(np.random.default_rng(26), Tile("int16", 2, 2), struct, shape)}
+    cycles = [check_unit(Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3,
+                                           pipeline=pipeline)),
+                         "Accum", inputs, keep_op("add", "zeros", rank, keep), backend=sim_backend,
+                         seeds=(0, 1, 2, 3))
+              for pipeline in (False, True)]
+    assert cycles[0] == cycles[1]
+
+
+def test_pipelined_keep_unit_at_end_is_its_comparison():
+    """While it emits, the pipelined unit's registered end flag (a count of the positions left) equals
+    ``emit_index >= emit_positions`` in every cycle, with random stalls on both sides."""
+    for seed in (0, 1, 2):
+        unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=6, max_rank=3, pipeline=True))
+        shape = (3, 4, 2, 3)
+        st, toks = keep_stream(np.random.default_rng(27), Tile("int16", 2, 2), regular(shape), shape)
+        op = keep_op("add", "zeros", 1, 2)
+        sc = Scenario(unit.pack_inputs({"in": (st, toks)}), unit.output_done_bits(),
+                      unit.configure(op, {"in": st}), seed=seed, p_gap=0.4, p_drop=0.4)
+        got, _ = run_amaranth(unit, sc, checks=lambda: [unit.at_end_check])
+        assert unit.fmt("o").unpack_all(got["o"]) == run_operator("Accum", {"in": (st, toks)}, **op)["out"]
+
+
+def test_pipelined_keep_unit_needs_keep():
+    unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=3, max_rank=2, pipeline=True))
+    unit._MustUse__silence = True
+    st = StreamType(Tile("int16", 2, 2), (3, 4))
+    with pytest.raises(ParamError, match=r"Accum: a pipelined unit with positions runs keep > 0 only \(a fabric "
+                                         r"builds positions for a node with keep\), got keep=0"):
+        unit.configure(dict(update="add", init=fn("zeros", rows=2, cols=2, dtype="int32"), rank=1), {"in": st})
 
 
 def test_bad_keep_configuration():

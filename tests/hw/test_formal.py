@@ -12,7 +12,7 @@ components show that the harness catches what it claims to.
 
 The default suite proves six units (``QUICK``: plumbing with token tracking, a
 shape, a routing, a compute unit and a store behind its test memory; 50 s);
-``pytest -m formal`` the other 22 (about 20 minutes, most of it the random load
+``pytest -m formal`` the other 28 (about 20 minutes, most of it the random load
 and store).
 """
 
@@ -100,6 +100,10 @@ def _cases():
         "MatMul pipelined": lambda: _unit(MatMul(MatMulParams(2, 2, "int8", 3, matmul_transpose_a=False,
                                                               pipeline=True))),
         "Accum": lambda: _unit(Accum(AccumParams(2, 2, "int8", 3))),
+        # kept positions: two banks of state memory; pipelined: the update in two cycles, the emitter's
+        # registered end flag and inner-stop flags, the decoded keep + rank
+        "Accum kept": lambda: _unit(Accum(AccumParams(1, 1, "int8", 3, positions=2))),
+        "Accum kept pipelined": lambda: _unit(Accum(AccumParams(1, 1, "int8", 3, positions=2, pipeline=True))),
         "Scan": lambda: _unit(Scan(AccumParams(2, 2, "int8", 3))),
         "FlatMap": lambda: _unit(FlatMap(FlatMapParams(2, 2, "int8", 3))),
         # memory
