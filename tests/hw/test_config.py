@@ -1,4 +1,4 @@
-"""Configuration registers (``units/config.py``): a decoded register changes in the same cycle as its register."""
+"""Configuration registers (``units/config.py``): a decoded register changes in the same cycle as its register(s)."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
@@ -15,6 +15,7 @@ class _Flagged(wiring.Component):
     value: Out(3)
     zero: Out(1)
     mask: Out(32)
+    total: Out(9)
 
     def elaborate(self, platform):
         m = Module()
@@ -26,7 +27,10 @@ class _Flagged(wiring.Component):
         def mask(v):        # a multi-bit one: requantize's mask of a shift (here of the rank) to int8
             return shift_mask(32, v, dtype("int8"))
         m.d.comb += [self.value.eq(regs["rank"]), self.zero.eq(regs.decoded(m, self.cfg, "rank", is_zero, init=1)),
-                     self.mask.eq(regs.decoded(m, self.cfg, "rank", mask, init=mask(0), width=32))]
+                     self.mask.eq(regs.decoded(m, self.cfg, "rank", mask, init=mask(0), width=32)),
+                     # of two registers: a write to either forms the sum with the other's value
+                     self.total.eq(regs.decoded(m, self.cfg, ("other", "rank"), lambda a, b: a + b, init=5,
+                                                width=9))]
         return m
 
 
@@ -37,15 +41,19 @@ def test_decoded_flag_follows_its_register_in_the_same_cycle():
     async def bench(ctx):
         assert (ctx.get(dut.value), ctx.get(dut.zero)) == (0, 1)        # the reset value's flag
         assert ctx.get(dut.mask) == 0xFFFF_FF80                          # and mask: bits 7 and up
-        for addr, data in [(1, 2), (0, 0), (1, 0), (1, 5), (0, 7)]:      # address 0 (other) leaves it alone
+        assert ctx.get(dut.total) == 5                                   # other 5 + rank 0
+        other = 5
+        for addr, data in [(1, 2), (0, 0), (1, 0), (1, 5), (0, 7), (0, 255)]:   # address 0 (other) leaves rank
             ctx.set(dut.cfg.valid, 1)
             ctx.set(dut.cfg.payload, {"addr": addr, "data": data})
             await ctx.tick()
+            other = data if addr == 0 else other
             seen.append((ctx.get(dut.value), ctx.get(dut.zero)))
             assert ctx.get(dut.mask) == (0xFFFF_FFFF << (7 + ctx.get(dut.value))) & 0xFFFF_FFFF
+            assert ctx.get(dut.total) == other + ctx.get(dut.value)
         ctx.set(dut.cfg.valid, 0)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert seen == [(2, 0), (2, 0), (0, 1), (5, 0), (5, 0)]
+    assert seen == [(2, 0), (2, 0), (0, 1), (5, 0), (5, 0), (5, 0)]
