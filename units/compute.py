@@ -856,13 +856,14 @@ class Accum(_Reduce):
                                                      Signal(), Signal.like(idx))
         k, done = i.payload.stop, i.payload.done
         is_data = ~done & (k == 0)
+        room = idx < n_pos
         m.d.comb += tw_addr.eq(idx)
         if p.pipeline:
             # the accumulating side reads at the position the next token has if the one at the input is taken
             # (every token but a block end or done is): the read's address does not wait for i.ready, which
             # depends on the output and the emitter; a token not taken is a block end or done, which does not
             # use the word it reads
-            acc_next = Mux(i.valid & is_data & (idx < n_pos), idx + 1,
+            acc_next = Mux(i.valid & is_data & room, idx + 1,
                            Mux(i.valid & (done | ((k != 0) & (k >= keep))), 0, idx))
         else:
             acc_next = idx_next
@@ -912,7 +913,6 @@ class Accum(_Reduce):
                 m.d.comb += [s_wr[j].addr.eq(upd_addr), s_wr[j].en.eq(upd & (upd_bank == j))]
             m.d.comb += wdata.eq(nxt.as_value())
         out_free = ~o.valid | o.ready
-        room = idx < n_pos
 
         def put(payload, stop_level, is_done=0):
             m.d.sync += [o.valid.eq(1), o.payload.stop.eq(stop_level), o.payload.done.eq(is_done)]
@@ -925,8 +925,7 @@ class Accum(_Reduce):
             # of the puts' chain of assignments enabled by their whole condition
             with m.If(out_free):
                 m.d.sync += o.payload.payload.eq(Mux(emitting & ~at_end & ~after, e_data, 0))
-
-        if p.pipeline:      # keep + b: a register decoded from the writes of either (not an adder in i.ready)
+            # keep + b: a register decoded from the writes of either (not an adder in i.ready)
             reset = sum(r.init for r in self.regs.regs if r.name in ("keep", "rank"))
             keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), _plus, reset, len(keep) + 1)
         else:
@@ -951,6 +950,7 @@ class Accum(_Reduce):
                     m.d.sync += after.eq(1)
                 with m.Else():
                     m.d.comb += [eidx_next.eq(eidx + 1), emit_inc.eq(1)]
+
         def kept():
             block_end = ~done & (k != 0) & (k >= keep_b)
             # done needs the output; a block end needs the other bank free (its emission over by this cycle)
