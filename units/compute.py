@@ -32,6 +32,7 @@ takes exactly those (the mapper picks a unit whose tiles match the node's).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
@@ -76,10 +77,6 @@ def _valid_rows(tile: "TileVal | None", port, fn_name: str):
     valid = tile.rows - token_short(port.payload.payload)
     return TileVal(tile.tile, [Mux(r < valid, tile.elems[r * tile.cols + c], fill)
                                for r in range(tile.rows) for c in range(tile.cols)])
-
-
-def _plus(a, b):
-    return a + b
 
 
 def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
@@ -464,9 +461,9 @@ class AccumParams(StreamParams):
     ``positions`` (Accum with add/max only) is the most kept positions the
     unit holds for ``keep > 0``: a memory of that many state tiles; 0 (the
     default) builds no keep hardware. ``pipeline`` (with ``positions``; a
-    fabric with ``pipeline``): the keep hardware's control decisions come from
-    registers formed from their next values (the same cycles, a shorter clock
-    period; :meth:`Accum._elaborate_keep`).
+    fabric with ``pipeline``): the keep hardware with a two-cycle update and
+    registered control, the same cycles at a shorter clock period, for
+    ``keep > 0`` only (the Accum docstring's *Pipelined*).
     """
 
     updates: tuple = ("add",)
@@ -927,7 +924,7 @@ class Accum(_Reduce):
                 m.d.sync += o.payload.payload.eq(Mux(emitting & ~at_end & ~after, e_data, 0))
             # keep + b: a register decoded from the writes of either (not an adder in i.ready)
             reset = sum(r.init for r in self.regs.regs if r.name in ("keep", "rank"))
-            keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), _plus, reset, len(keep) + 1)
+            keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), operator.add, reset, len(keep) + 1)
         else:
             keep_b = keep + b
         with m.If(o.ready):
