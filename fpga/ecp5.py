@@ -134,6 +134,8 @@ class SynthReport:
     router: str | None = None
     #: nextpnr's Fmax estimate after placement, before routing (the Gowin flow: ``fpga.gowin``)
     fmax_placed_mhz: float | None = None
+    #: the HeAP placer's timing weight the flow set (``None``: nextpnr's default, or another placer)
+    timing_weight: int | None = None
     #: the timing endpoints per instance at the constraint's period (:func:`~step_hdl.fpga.endpoints.instance_timing`;
     #: the ECP5 flow), ``None`` without place-and-route
     timing: dict | None = None
@@ -286,6 +288,28 @@ def parse_log_times(log_text: str) -> dict:
 # previous netlist) was down only 2,213 of 284,566 arcs after 891 s, most routes ripping up others, and slowing.
 # Small units keep router1 (their baselines use it).
 BIG_DESIGN_LUTS = 20000
+# Above it nextpnr's HeAP placer also weighs timing this much (nextpnr's default 10 below): on the pipelined SwiGLU
+# acceptance fabric (the same netlist, seed 1) 10 gave 56.25 MHz with 3,337 timing endpoints later than 12.5 ns,
+# 40 gave 60.26 MHz (2,004), 100 gave 65.86 MHz (845) in about the same time (docs/fpga.md). Small units keep
+# nextpnr's default (their baselines use it).
+BIG_DESIGN_TIMING_WEIGHT = 100
+
+
+def nextpnr_args(name: str, freq_mhz: float, seed: int, router: str, placer: str | None, timing_weight: int | None,
+                 luts: int) -> tuple[list, int | None]:
+    """nextpnr-ecp5's arguments for netlist ``{name}.json`` of ``luts`` LUTs (after synthesis), and the HeAP
+    placer's timing weight they set (``None``: nextpnr's default, or another placer)."""
+    args = ["--json", f"{name}.json", "--out-of-context", "--freq", f"{freq_mhz:g}", "--timing-allow-fail",
+            "--seed", str(seed), "--router", router, "--report", "report.json", "--detailed-timing-report"]
+    if placer:
+        args += ["--placer", placer]
+    if placer not in (None, "heap"):
+        return args, None
+    if timing_weight is None and luts > BIG_DESIGN_LUTS:
+        timing_weight = BIG_DESIGN_TIMING_WEIGHT
+    if timing_weight is not None:
+        args += ["--placer-heap-timingweight", str(timing_weight)]
+    return args, timing_weight
 
 
 def _stamp(work: Path, stage: str, key: str):
@@ -366,7 +390,8 @@ def _reintegration_prelude(name: str) -> list[str]:
 
 def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
-               router: str | None = None, placer: str | None = None, progress=None,
+               router: str | None = None, placer: str | None = None, timing_weight: int | None = None,
+               progress=None,
                yosys_timeout_s: float | None = None, lut_mapper: str = "abc9") -> SynthReport:
     """Synthesize (and by default place and route) ``component`` for ``target``.
 
@@ -402,6 +427,10 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         (HeAP). On the SwiGLU acceptance fabric ``static`` placed an older
         netlist with less wirelength and a higher Fmax, but today's at 44.7
         MHz against HeAP's 47.8 (``docs/fpga.md``).
+    timing_weight : int, optional
+        The HeAP placer's timing weight (``--placer-heap-timingweight``, a positive integer); default
+        nextpnr's (10) up to :data:`BIG_DESIGN_LUTS` LUTs and :data:`BIG_DESIGN_TIMING_WEIGHT` above
+        (``docs/fpga.md``). Ignored with another placer.
     progress : callable, optional
         Called with one-line progress messages.
     yosys_timeout_s : float, optional
@@ -424,6 +453,9 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         raise StepError(f"unknown FPGA target {target!r}; known: {', '.join(TARGETS)}")
     if lut_mapper not in LUT_MAPPERS:
         raise StepError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
+    if timing_weight is not None and (isinstance(timing_weight, bool) or not isinstance(timing_weight, int)
+                                      or timing_weight < 1):
+        raise StepError(f"timing_weight must be an integer >= 1, got {timing_weight!r}")
     if target == "gw2a-18":
         from .gowin import synthesize_gowin
         return synthesize_gowin(component, name, workdir, freq_mhz, place, seed, progress, yosys_timeout_s)
@@ -489,10 +521,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     luts = stat["synth_luts"]
     if place:
         router = router or ("router2" if stat["synth_luts"] > BIG_DESIGN_LUTS else "router1")
-        args = ["--json", f"{name}.json", "--out-of-context", "--freq", f"{freq_mhz:g}", "--timing-allow-fail",
-                "--seed", str(seed), "--router", router, "--report", "report.json", "--detailed-timing-report"]
-        if placer:
-            args += ["--placer", placer]
+        args, weight = nextpnr_args(name, freq_mhz, seed, router, placer, timing_weight, stat["synth_luts"])
         pnr = place_and_route(tgt, args, work, f"{name}.json", wall, logs,
                               lambda: say(f"{name}: nextpnr place and route at {freq_mhz:g} MHz ({router}) ..."),
                               unchanged=lambda: say(f"{name}: place and route unchanged since the last run in {work}"),
@@ -504,4 +533,5 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
                        carries=stat["carries"], soft_multipliers=len(soft), freq_mhz=freq_mhz,
                        fmax_mhz=pnr["fmax_mhz"], critical_path=pnr["critical_path"], cells=stat["cells"],
                        tools=tool_versions(target), logs=logs, wall_s=wall, placed=place,
-                       utilization=pnr["utilization"], router=router if place else None, timing=pnr.get("timing"))
+                       utilization=pnr["utilization"], router=router if place else None, timing=pnr.get("timing"),
+                       timing_weight=weight if place else None)

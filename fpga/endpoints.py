@@ -24,7 +24,7 @@ TOP = "(top)"
 
 def _kind(port: str) -> str:
     """``enable``, ``reset`` or ``data``: what an endpoint's input port is (ECP5 cell port names)."""
-    if port == "CE" or port.startswith(("CE", "OCE")):
+    if port.startswith(("CE", "OCE")):
         return "enable"
     if port == "LSR" or port.startswith("RST"):
         return "reset"

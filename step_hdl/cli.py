@@ -590,6 +590,8 @@ def _add_synth_parser(sub, units: bool = True):
                        help="nextpnr router (default: router1, router2 above 20,000 LUTs)")
         p.add_argument("--placer", default=None, choices=("heap", "sa", "static"),
                        help="nextpnr placer (default: nextpnr's own, heap)")
+        p.add_argument("--timing-weight", type=_positive_int, default=None, metavar="N",
+                       help="the heap placer's timing weight (default: nextpnr's 10, 100 above 20,000 LUTs)")
 
     def fabric(p):
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
@@ -618,9 +620,10 @@ def _add_synth_parser(sub, units: bool = True):
 
 def cmd_synth(args) -> int:
     from step_hdl.fpga.ecp5 import synthesize
-    if args.target != "ecp5-85f" and (args.router or args.placer):
-        option = "--router" if args.router else "--placer"
-        raise StepError(f"{option} chooses nextpnr-ecp5's {option[2:]}; --target {args.target} has its own flow "
+    if args.target != "ecp5-85f" and (args.router or args.placer or args.timing_weight):
+        option, what = (("--router", "router") if args.router else ("--placer", "placer") if args.placer
+                        else ("--timing-weight", "placer's timing weight"))
+        raise StepError(f"{option} chooses nextpnr-ecp5's {what}; --target {args.target} has its own flow "
                         "(docs/fpga.md): leave it out")
     t0 = time.perf_counter()
     say = lambda msg: print(msg, file=sys.stderr, flush=True)      # noqa: E731
@@ -640,7 +643,7 @@ def cmd_synth(args) -> int:
                 **({"pipeline": True} if pipeline else {})}
         name = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
     rep = synthesize(component, name, args.target, args.workdir, args.freq, place=not args.no_place,
-                     router=args.router, placer=args.placer, progress=say)
+                     router=args.router, placer=args.placer, timing_weight=args.timing_weight, progress=say)
     report = {**what, **rep.to_json(), "total_wall_s": round(time.perf_counter() - t0, 2)}
     if args.json:
         print(json.dumps(report, indent=1))

@@ -121,6 +121,34 @@ def test_the_swiglu_acceptance_fabric_routes_with_router2():
     assert check["synthesized"]["synth_luts"] > BIG_DESIGN_LUTS and check["router"] == "router2"
 
 
+def test_the_placer_weighs_timing_more_on_big_designs():
+    """Above BIG_DESIGN_LUTS the HeAP placer gets BIG_DESIGN_TIMING_WEIGHT (the report says which weight), an
+    explicit weight goes to HeAP alone, and the other placers get none."""
+    from step_hdl.fpga.ecp5 import BIG_DESIGN_TIMING_WEIGHT, nextpnr_args
+    big, small = BIG_DESIGN_LUTS + 1, BIG_DESIGN_LUTS
+    args, w = nextpnr_args("top", 100.0, 1, "router2", None, None, big)
+    assert args[-2:] == ["--placer-heap-timingweight", str(BIG_DESIGN_TIMING_WEIGHT)] and w == BIG_DESIGN_TIMING_WEIGHT
+    assert "--detailed-timing-report" in args and args[:2] == ["--json", "top.json"]
+    args, w = nextpnr_args("top", 100.0, 1, "router1", None, None, small)
+    assert "--placer-heap-timingweight" not in args and w is None
+    assert nextpnr_args("top", 100.0, 1, "router1", "heap", 7, small)[0][-4:] == [
+        "--placer", "heap", "--placer-heap-timingweight", "7"]
+    for placer in ("sa", "static"):
+        args, w = nextpnr_args("top", 100.0, 1, "router2", placer, 7, big)
+        assert args[-2:] == ["--placer", placer] and w is None
+
+
+def test_a_timing_weight_below_one_is_refused():
+    from step_hdl.errors import StepError
+    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.units.stream import Queue
+    for bad in (0, -3, 2.5, True):
+        q = Queue(8, 4)
+        q._MustUse__silence = True              # refused before it is elaborated
+        with pytest.raises(StepError, match=f"timing_weight must be an integer >= 1, got {bad!r}"):
+            synthesize(q, "q", timing_weight=bad, place=False)
+
+
 def test_dsp_budget_keeps_the_largest_multipliers():
     from amaranth.hdl import Module, signed
     from amaranth.lib import wiring
@@ -192,6 +220,13 @@ def test_placer_and_router_reach_nextpnr_ecp5_only(capsys):
                                                "--target gw2a-18 has its own flow (docs/fpga.md): leave it out")
     assert main(["synth", "Queue", "--target", "gw2a-18", "--router", "router1"]) == 2
     assert "--router chooses nextpnr-ecp5's router" in capsys.readouterr().err
+    assert main(["synth", "Queue", "--target", "gw2a-18", "--timing-weight", "40"]) == 2
+    assert "--timing-weight chooses nextpnr-ecp5's placer's timing weight; --target gw2a-18" in capsys.readouterr().err
+    assert parser().parse_args(["synth", "Queue", "--timing-weight", "40"]).timing_weight == 40
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["synth", "Queue", "--timing-weight", "0"])
+    assert exc.value.code == 2
+    assert "argument --timing-weight" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         parser().parse_args(["synth", "Queue", "--placer", "fast"])
     assert exc.value.code == 2
