@@ -663,7 +663,8 @@ def cmd_synth(args) -> int:
               f"instances (latest arrival, endpoints late / all):")
         for r in t["instances"][:SLOWEST_SHOWN]:
             mhz = f"{r['fmax_mhz']:.1f} MHz" if r["fmax_mhz"] else "no path"
-            print(f"    {r['instance']:32s} {r['worst_arrival_ns']:6.2f} ns ({mhz})  {r['late']:,} / {r['endpoints']:,}")
+            print(f"    {r['instance']:32s} {r['worst_arrival_ns']:6.2f} ns ({mhz})  "
+                  f"{r['late']:,} / {r['endpoints']:,}")
     print(f"  logs: {', '.join(rep.logs.values())}; {report['total_wall_s']:.0f} s")
     return 0
 

@@ -75,7 +75,8 @@ def test_endpoints_grouped_by_the_instance_they_are_in():
         # the same endpoint on a second net (a LUT-RAM write port fed twice): its latest arrival counts
         net("q_e.fifo.w", ("q_e.fifo.storage$DPRAM", "WAD0", 1.0, 6.0)),
         net("q_e.fifo.v", ("q_e.fifo.storage$DPRAM", "WAD0", 1.0, 10.25)),
-        net("top_lut", ("o__payload.payload.elems[1]_TRELLIS_FF_Q", "LSR", 1.0, 10.0), ("done_TRELLIS_FF_Q", "DI", 0.5, 2.0)),
+        net("top_lut", ("o__payload.payload.elems[1]_TRELLIS_FF_Q", "LSR", 1.0, 10.0),
+            ("done_TRELLIS_FF_Q", "DI", 0.5, 2.0)),
     ]}
     t = instance_timing(report, 10.0, instances={"u_a", "u_b", "q_e"})
     assert (t["endpoints"], t["late"], t["late_by_kind"]) == (7, 4, {"data": 3, "enable": 1, "reset": 0})
