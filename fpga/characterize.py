@@ -1,6 +1,6 @@
 """Characterize the units on ECP5: the cost table, the per-unit report and the estimate's error.
 
-    python -m step_hdl.fpga.characterize [--sweep] [--units] [--fabric] [--baseline]
+    python -m step_hdl.fpga.characterize [--sweep] [--units] [--fabric] [--fabric-units] [--baseline]
                                          [--tiles 2 4 8] [--dtypes int8 int16] [--workdir DIR]
 
 ``--sweep``
@@ -20,6 +20,11 @@
     ``--fabric-json``: a saved ``step-hdl synth swiglu ... --json`` result),
     against the cost-table estimate. Appends the comparison to ``docs/fpga-cost-table.md``
     and writes ``fpga/estimate_check.json``.
+``--fabric-units``
+    Every distinct unit build of the pipelined SwiGLU acceptance fabric (its buffers' affine reads, its
+    loads' credits and dimensions: not the unit table's builds), placed and routed out of context as
+    ``--units`` does. Writes the "The SwiGLU fabric's own unit builds" section of ``docs/fpga-units.md``
+    and ``fpga/fabric_unit_report.json``.
 ``--floats``
     The units with float hardware (``units.floats``) at 4x4 bf16 (an fp32 running
     sum where they keep one), placed and routed as ``--units`` does, beside their
@@ -73,8 +78,9 @@ NOTES = {
     "OnChipBuffer": "the path starts at a `DP16KD` read port (5.8 ns clock-to-output: the block RAM's output "
                     "register is not used), decodes the stored stop level through the stop merger and ends at "
                     "the RAM's own read enable. A fabric with `pipeline` registers the RAM's data before the "
-                    "merger (`out_reg`), on ECP5 in the blocks' own output registers (`fpga/ecp5_bram.py`; "
-                    "OnChipBuffer pipelined: 132.7 MHz, 121.1 with the register in fabric flip-flops).",
+                    "merger (`out_reg`), on ECP5 in the blocks' own output registers (`fpga/ecp5_bram.py`), "
+                    "and a skid register between them and the merger, so the reader no longer waits on the "
+                    "merger's ready (OnChipBuffer pipelined: 137.8 MHz; 132.7 before the skid).",
     "LinearOffChipLoad": "from the walk's registered empty-dimension flags (`ozero`) through the event logic "
                          "and the request handshake (the tracker's credit check, now one comparison with a "
                          "register of free credits) to the enable of a dimension's running address (`oacc3`): "
@@ -304,6 +310,78 @@ def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f", only=None) 
         _say(f"{name:26s} luts {r.luts:6d} ffs {r.ffs:5d} dsps {r.dsps:3d} brams {r.brams:3d} "
              f"fmax {r.fmax_mhz or 0:6.1f} MHz  ({time.perf_counter() - t0:.0f} s)")
     return rows
+
+
+def fabric_unit_builds(prep) -> list:
+    """``[(instances, class, parameters, component)]``: the distinct unit designs of a prepared fabric (the
+    mapper's shared modules: one per class and structural parameters), each with the instances that use it."""
+    from step_hdl.mapper.design import built_units
+    from step_hdl.mapper.shared import design_key
+    units = built_units(prep.design)
+    groups: dict = {}
+    for spec in prep.design.units:
+        groups.setdefault(design_key(spec), []).append(spec)
+    out = []
+    for specs in groups.values():
+        u = units[specs[0].name]
+        for other in specs[1:]:
+            units[other.name]._MustUse__silence = True      # the same design: synthesized once
+        out.append(([sp.name for sp in specs], specs[0].cls, _params_json(u), u))
+    return out
+
+
+def run_fabric_units(workdir=None) -> list:
+    """One row per distinct unit build of the pipelined SwiGLU acceptance fabric (``SWIGLU`` at 4x4 int8),
+    each placed and routed out of context on ECP5 as the unit table's are: the builds the fabric has (its
+    buffers' affine reads, its loads' 64 credits and five dimensions, rank 4), which the unit table's rows
+    are not."""
+    import argparse
+    import dataclasses
+    from step_hdl.mapper.prepare import prepare, shared_fabric
+    from step_hdl.workloads.registry import build
+    w = build("swiglu", argparse.Namespace(**SWIGLU, dtype="int8"))     # as step-hdl synth ... --pipeline
+    prep = prepare(w, dataclasses.replace(shared_fabric([w], 4), pipeline=True))
+    rows = []
+    for names, cls, params, u in fabric_unit_builds(prep):
+        r = _synth(u, _safe(names[0]), workdir, place=True)
+        cp = r.critical_path
+        rows.append({"instances": names, "unit": cls, "params": params, "luts": r.luts, "ffs": r.ffs,
+                     "dsps": r.dsps, "brams": r.brams, "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
+                     "critical_path": None if cp is None else {
+                         "start": cp.start_signal, "end": cp.end_signal, "delay_ns": cp.delay_ns,
+                         "logic_ns": cp.logic_ns, "routing_ns": cp.routing_ns, "levels": cp.levels}})
+        _say(f"{', '.join(names)[:40]:40s} {cls:20s} fmax {r.fmax_mhz or 0:6.1f} MHz")
+    return rows
+
+
+def write_fabric_units(rows, path=HERE / "fabric_unit_report.json", doc=DOCS / "fpga-units.md") -> None:
+    tools = ", ".join(f"{k} {v}" for k, v in tool_versions().items())
+    Path(path).write_text(json.dumps({"fabric": "swiglu", **SWIGLU, "tile": 4, "dtype": "int8",
+                                      "pipeline": True, "tools": tool_versions(), "units": rows}, indent=1) + "\n")
+    args = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in SWIGLU.items() if k != "seed")
+    lines = ["## The SwiGLU fabric's own unit builds", "",
+             f"Generated by `python -m step_hdl.fpga.characterize --fabric-units` ({tools}): every distinct unit "
+             f"design of the pipelined acceptance fabric (`step-hdl synth swiglu {args} --dtype int8 "
+             f"--pipeline`), out of context as above, each with the instances that use it. These are the "
+             f"builds the fabric places, and they differ from the table's rows: the buffers read by an affine "
+             f"walk of three dimensions, the loads hold 64 credits over five dimensions, the streams are of "
+             f"rank 4. Each unit has the device's DSP blocks to itself (in the fabric the down projection's "
+             f"multipliers are in LUTs).", "",
+             "| instances | unit | LUTs | FFs | DSPs | BRAMs | Fmax (MHz) | critical path | delay (ns) "
+             "logic/routing | levels |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
+    for r in rows:
+        cp = r["critical_path"]
+        path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
+        delay = f"{cp['delay_ns']:.2f} ({cp['logic_ns']:.2f}/{cp['routing_ns']:.2f})" if cp else "-"
+        mark = " *" if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ else ""
+        lines.append(f"| {', '.join(r['instances'])} | {r['unit']} | {r['luts']} | {r['ffs']} | {r['dsps']} | "
+                     f"{r['brams']} | {r['fmax_mhz'] or '-'}{mark} | {path_s} | {delay} | "
+                     f"{cp['levels'] if cp else '-'} |")
+    slow = [r for r in rows if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ]
+    lines += ["", f"Under {GOAL_MHZ} MHz (`*`): " + (", ".join(f"{r['unit']} ({', '.join(r['instances'])})"
+                                                       for r in slow) if slow else "none") + "."]
+    _replace_section(doc, lines[0], lines)
 
 
 def table_names() -> list[str]:
@@ -717,6 +795,8 @@ def main(argv=None) -> int:
                     help="--units: run just these units (names as in the table, e.g. 'LinearOffChipLoad "
                          "pipelined') and put their rows in place of theirs in the saved report")
     ap.add_argument("--fabric", action="store_true", help="SwiGLU fabric vs the estimate")
+    ap.add_argument("--fabric-units", action="store_true",
+                    help="every distinct unit build of the pipelined SwiGLU fabric, out of context -> docs/fpga-units.md")
     ap.add_argument("--fabric-json", default=None, help="saved `step-hdl synth swiglu ... --json` output")
     ap.add_argument("--calibrate", action="store_true", help="the context factors, from the 2x2 SwiGLU fabric")
     ap.add_argument("--calibrate-json", default=None, help="saved `step-hdl synth swiglu ... --phys-tile 2 "
@@ -731,7 +811,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", default=None,
                     help="--sweep, --floats: save progress here after every unit, resume from it")
     args = ap.parse_args(argv)
-    if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats):
+    if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats
+            or args.fabric_units):
         args.sweep = args.units = args.calibrate = args.fabric = True
     t0 = time.perf_counter()
     if args.sweep:
@@ -758,6 +839,8 @@ def main(argv=None) -> int:
         check = run_fabric(args.fabric_json, args.workdir)
         write_fabric(check)
         _say(json.dumps({k: check[k] for k in ("synthesized", "estimate")}))
+    if args.fabric_units:
+        write_fabric_units(run_fabric_units(args.workdir))
     if args.baseline:
         run_baseline(workdir=args.workdir)
     _say(f"done in {(time.perf_counter() - t0) / 60:.1f} minutes")

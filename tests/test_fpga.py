@@ -392,3 +392,38 @@ def test_units_only_names_a_table_unit_and_a_matching_report(tmp_path, capsys):
                                                                     "fmax_mhz": 4.0}], report)
     assert [(r["unit"], r["fmax_mhz"]) for r in rows] == [("Queue", 2.0), ("EagerMerge", 3.0),
                                                           ("LinearOffChipLoad pipelined", 4.0)]
+
+
+def test_fabric_unit_builds_are_the_fabrics_distinct_designs(tmp_path):
+    """``characterize --fabric-units``: one build per distinct unit design of the pipelined SwiGLU fabric, every
+    instance under exactly one of them (the six buffers one design, with the fabric's affine reads), and the
+    section it writes names each build's instances and marks the ones under the goal."""
+    import argparse
+    import dataclasses
+    from step_hdl.fpga import characterize as ch
+    from step_hdl.mapper.prepare import prepare, shared_fabric
+    from step_hdl.workloads.registry import build
+    w = build("swiglu", argparse.Namespace(**ch.SWIGLU, dtype="int8"))
+    prep = prepare(w, dataclasses.replace(shared_fabric([w], 4), pipeline=True))
+    builds = ch.fabric_unit_builds(prep)
+    names = [n for ns, _, _, _ in builds for n in ns]
+    assert sorted(names) == sorted(s.name for s in prep.design.units) and len(set(names)) == len(names)
+    buffers = [(ns, p) for ns, cls, p, _ in builds if cls == "OnChipBuffer"]
+    assert len(buffers) == 1 and len(buffers[0][0]) == 6 and buffers[0][1]["read_dims"] == 3
+    assert buffers[0][1]["out_reg"] is True
+    for _, _, _, u in builds:
+        u._MustUse__silence = True          # (not synthesized here)
+    doc = tmp_path / "units.md"
+    doc.write_text("# Units\n\nthe table\n\n## Gowin GW2A-18\n\nrows\n")
+    cp = {"start": "a", "end": "b", "delay_ns": 9.0, "logic_ns": 3.0, "routing_ns": 6.0, "levels": 5}
+    rows = [{"instances": ["x", "y"], "unit": "OnChipBuffer", "params": {}, "luts": 1, "ffs": 2, "dsps": 0,
+             "brams": 4, "fmax_mhz": 100.0, "critical_path": cp},
+            {"instances": ["z"], "unit": "Map", "params": {}, "luts": 1, "ffs": 2, "dsps": 0, "brams": 0,
+             "fmax_mhz": 130.0, "critical_path": cp}]
+    ch.write_fabric_units(rows, path=tmp_path / "r.json", doc=doc)
+    text = doc.read_text()
+    assert text.startswith("# Units\n\nthe table\n") and "## Gowin GW2A-18\n\nrows" in text
+    assert "| x, y | OnChipBuffer | 1 | 2 | 0 | 4 | 100.0 * | `a` -> `b` | 9.00 (3.00/6.00) | 5 |" in text
+    assert "| z | Map | 1 | 2 | 0 | 0 | 130.0 | " in text
+    assert "Under 125 MHz (`*`): OnChipBuffer (x, y)." in text
+    assert json.loads((tmp_path / "r.json").read_text())["units"] == rows

@@ -23,6 +23,29 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Mux, Signal
 
 
+def _less(k: int):
+    """The decoding of a count register into ``count - k``, a bit wider than the count (negative below
+    ``k``), named ``less{k}`` (the register's name ends so)."""
+    def less(count):
+        return Cat(count, Const(0, 1)).as_signed() - k
+    less.__name__ = f"less{k}"
+    return less
+
+
+def count_less(m, regs, cfg, names: list) -> list:
+    """:class:`AffineWalk`'s ``count_less`` for count registers ``names`` (innermost first) of a unit's
+    :class:`~step_hdl.units.config.ConfigRegs` ``regs`` written through ``cfg``: ``count - 1`` and
+    ``count - 2`` of each, registers decoded from its writes."""
+    out = []
+    for k in (1, 2):
+        row = []
+        for name in names:
+            r = regs.regs[regs.index[name]]
+            row.append(regs.decoded(m, cfg, name, _less(k), (r.init - k) & ((1 << (r.width + 1)) - 1), r.width + 1))
+        out.append(row)
+    return out
+
+
 class AffineWalk:
     """State and next-step logic of one affine walk (see the module docstring).
 
@@ -150,11 +173,13 @@ class AffineWalk:
         if self._restart is not None:
             m.d.comb += self._restart.eq(value)
 
-    def below(self, limit_next) -> Signal:
-        """A register that is ``acc[0] < limit`` in every cycle, for a ``limit`` whose next value is
-        ``limit_next``: formed from the next values, one comparison for each way the walk can go (hold, a
-        step of dimension ``j``, back to the start), which what the walk does this cycle only selects. So
-        no comparison is on the path from the handshake that steps the walk to the walk's counters."""
+    def below(self, limit, inc, clear) -> Signal:
+        """A register that is ``acc[0] < limit`` in every cycle, for a register ``limit`` that this cycle
+        counts up (``inc``), goes back to 0 (``clear``) or holds. Each way the walk can go (hold, a step of
+        dimension ``j``, back to the start) has its difference with ``limit`` formed from registers, and
+        each of its three outcomes (``< limit + 1``, ``< 0``, ``< limit``) decoded from it; what the walk
+        and the limit do this cycle only select one. So neither the handshake that steps the walk nor the
+        one that moves the limit is on a path into a comparison."""
         m, D = self._m, self.D
         if self._resets:
             raise ValueError("AffineWalk.below must be called before the walk's first reset(): it follows "
@@ -162,11 +187,15 @@ class AffineWalk:
         self._restart = Signal(self._acc_shape, name=f"{self._name}restart")
         out = Signal(name=f"{self._name}below")
         nxt = Signal(name=f"{self._name}below_next")
-        m.d.comb += nxt.eq(self.acc[0] < limit_next)
+
+        def outcome(x):
+            diff = x - limit            # signed, a bit wider than both: no overflow
+            return Mux(clear, x < 0, Mux(inc, diff <= 0, diff < 0))
+        m.d.comb += nxt.eq(outcome(self.acc[0]))
         with m.If(self._op[0] == self._ZERO):               # back to the start (or a step above 0: below)
-            m.d.comb += nxt.eq(self._restart < limit_next)
+            m.d.comb += nxt.eq(outcome(self._restart))
         for j in range(D):
             with m.If(self._op[j] == self._INC):
-                m.d.comb += nxt.eq(self.acc[j] + self.strides[j] < limit_next)
+                m.d.comb += nxt.eq(outcome(self.acc[j] + self.strides[j]))
         m.d.sync += out.eq(nxt)
         return out

@@ -40,7 +40,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .address import AffineWalk
+from .address import AffineWalk, count_less
 from .base import StepUnit
 from .config import Reg
 from .layout import TileFormat, TokenFormat, stop_bits, tile_format
@@ -174,15 +174,6 @@ def contiguous_run(counts, strides) -> int:
 
 
 # ----------------------------------------------------------------------------- shared request/response core
-
-def _less(k: int):
-    """The decoding of a count register into ``count - k``, a bit wider than the count (negative below
-    ``k``), named ``less{k}`` (the register's name ends so)."""
-    def less(count):
-        return Cat(count, Const(0, 1)).as_signed() - k
-    less.__name__ = f"less{k}"
-    return less
-
 
 class _Tracker(wiring.Component):
     """In-order request/response core of the off-chip units (see the module docstring).
@@ -424,9 +415,7 @@ class LinearOffChipLoad(_MemUnit):
         if p.pipeline:
             # the walk's last-step flags compare with count - 1 and count - 2, registers decoded from the
             # counts' writes (the adder before the comparison was the pipelined load's critical path)
-            mask, init = (1 << (p.count_bits + 1)) - 1, self.regs.regs[self.regs.index["count0"]].init
-            less = [[self.regs.decoded(m, self.cfg, f"count{j}", _less(k), (init - k) & mask, p.count_bits + 1)
-                     for j in range(D)] for k in (1, 2)]
+            less = count_less(m, self.regs, self.cfg, [f"count{j}" for j in range(D)])
         w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
                        static_counts=True, count_less=less)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)

@@ -7,13 +7,14 @@ stream; the class docstring has the details.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import Out
 
-from .address import AffineWalk
+from .address import AffineWalk, count_less
 from .base import StepUnit
 from .config import Reg
 from .layout import TokenFormat, stop_bits, tile_format
@@ -163,7 +164,16 @@ class OnChipBuffer(StepUnit):
     ref token costs one cycle of its own. Writing is II 1
     while a bank is free. Combinational: ``i.ready`` from bank state only; SRAM
     read enable and the reader from ``o.ready`` (through the StopMerger);
-    ``o.valid`` from registers.
+    ``o.valid`` from registers. With ``out_reg`` (a pipelined fabric's build) a
+    skid register sits between the SRAM's registered data and the StopMerger, so
+    the reader and the SRAM's read enable follow registers only (``o.ready`` and
+    the merger, which decodes each entry's stop bits, reach the skid's flag); the
+    modes (repeat, eager, affine) are registers decoded from the writes, an affine
+    walk over read counts that are registers (not transposed) keeps its last-step
+    flags in registers, and whether the walk's next entry is written is formed
+    from the write index and each way the walk can go, the handshakes selecting
+    one. The same tokens; a token may leave a cycle earlier or later than without
+    them where the output stalls (the skid holds one entry more).
     """
 
     kind = "Bufferize"
@@ -276,8 +286,20 @@ class OnChipBuffer(StepUnit):
         sb, pw = fmt.stop_bits, fmt.payload_width
         depth = p.bank_depth
         b, rep_n, c = R["b"], R["repeat"], R["c"]
-        repeat_mode = rep_n != 0
-        eager_mode = R["in_rank"] == b
+        Dr = p.read_dims
+        if p.out_reg:
+            # pipelined: the modes are registers decoded from the writes (each comparison of a register was at
+            # the head of the reader's logic)
+            def flag(names, fn):
+                init = fn(*(R.regs[R.index[n]].init for n in names))
+                return R.decoded(m, self.cfg, names, fn, int(init))
+            repeat_mode = flag(("repeat",), lambda v: v != 0)
+            eager_mode = flag(("in_rank", "b"), operator.eq)
+            affine = flag(("n_read",), lambda v: v != 0) if Dr else Const(0)
+        else:
+            repeat_mode = rep_n != 0
+            eager_mode = R["in_rank"] == b
+            affine = (R["n_read"] != 0) if Dr else Const(0)
         if p.ref:
             mid = Signal(sb)
             m.d.comb += mid.eq(c)
@@ -285,8 +307,6 @@ class OnChipBuffer(StepUnit):
         else:
             mid = repeat_mode
             once = ~repeat_mode
-        Dr = p.read_dims
-        affine = (R["n_read"] != 0) if Dr else Const(0)
         # a fused Flatten(0, merge) of each reading: its closes up to ``merge`` are not sent, the rest shift down
         merge = R["merge"] if Dr >= 2 else Const(0)
         inner = Signal(sb)                      # dims of one reading: b (linear) or n_read - merge (affine)
@@ -422,11 +442,16 @@ class OnChipBuffer(StepUnit):
                 cols_r = Mux(rb, t_cols[1], t_cols[0])
                 counts[:2] = [Mux(tr, rows_r, counts[0]), Mux(tr, cols_r, counts[1])]
                 strides[:2] = [Mux(tr, cols_r, strides[0]), Mux(tr, 1, strides[1])]
+            # pipelined, a buffer whose read counts are its registers (not transposed: then the chunk's sizes)
+            # registers its walk's last-step flags, from count - 1 and count - 2 decoded from the writes
+            static = p.out_reg and not p.transpose
             g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g",
-                           merge=merge if Dr >= 2 else None)
-            # whether the entry the walk is at is written yet (registered: the write index's next value)
-            widx_next = Mux(took & is_entry & (widx < depth), widx + 1, Mux(took & (is_close | tok.done), 0, widx))
-            at_written = g.below(widx_next)
+                           merge=merge if Dr >= 2 else None, static_counts=static,
+                           count_less=count_less(m, self.regs, self.cfg, [f"rcount{j}" for j in range(Dr)])
+                           if static else None)
+            # whether the entry the walk is at is written yet (registered: from the write index and what the
+            # writer does with it this cycle)
+            at_written = g.below(widx, took & is_entry & (widx < depth), took & (is_close | tok.done))
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + Mux(affine, g.acc[0], ridx))
         elif not pooled:
             m.d.comb += rd.addr.eq(Mux(rb, depth, 0) + ridx)
@@ -555,7 +580,11 @@ class OnChipBuffer(StepUnit):
             s3 = [Signal.like(v, name=f"s3_{v.name[3:]}")
                   for v in (s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail)]
             s3_valid = s3[0]
-            m.d.comb += s2_out.eq(~s3_valid | mg.i.ready)
+            # a skid register between the SRAM's data and the merger, whose ready decodes the entry's stop bits:
+            # stage 3 moves while the skid is empty (a register), so the ready chain from the output no longer
+            # runs through the SRAM's data and the stages into the walk's advance
+            skid = [Signal.like(v, name=f"k_{v.name[3:]}") for v in s3]
+            m.d.comb += s2_out.eq(~s3_valid | ~skid[0])
             with m.If(s2_out):
                 m.d.sync += [d.eq(v) for d, v in zip(s3, (s2_valid, s2_entry, s2_done, s2_end, s2_eager,
                                                           s2_level, s2_tail))]
@@ -566,8 +595,17 @@ class OnChipBuffer(StepUnit):
                 s3_word = Signal.like(word, name="s3_word")
                 with m.If(s2_out):
                     m.d.sync += s3_word.eq(word)
-            s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail = s3
-            word = s3_word
+            skid_word = Signal.like(s3_word, name="k_word")
+            # (an empty skid copies stage 3 every cycle, so its registers' enable is its own empty flag, and only
+            # whether it keeps the copy depends on the merger)
+            with m.If(~skid[0]):
+                m.d.sync += [d.eq(v) for d, v in zip(skid[1:], s3[1:])] + [skid_word.eq(s3_word),
+                                                                           skid[0].eq(s3_valid & ~mg.i.ready)]
+            with m.Elif(mg.i.ready):
+                m.d.sync += skid[0].eq(0)
+            s2_valid, s2_entry, s2_done, s2_end, s2_eager, s2_level, s2_tail = (
+                Mux(skid[0], k, v) for k, v in zip(skid, s3))
+            word = Mux(skid[0], skid_word, s3_word)
         else:
             m.d.comb += s2_out.eq(mg.i.ready)
         word_payload, word_stop = word[:pw], word[pw:]

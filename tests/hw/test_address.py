@@ -8,21 +8,25 @@ from step_hdl.units.address import AffineWalk
 
 
 def test_below_is_the_comparison_of_every_cycle():
-    """Under random steps, restarts (at 0 and elsewhere) and a random limit, ``below`` is ``acc[0] < limit``
-    in every cycle, for a walk of three dimensions with negative and zero strides."""
+    """Under random steps, restarts (at 0 and elsewhere) and a limit that counts up, goes back to 0 or holds at
+    random, ``below`` is ``acc[0] < limit`` in every cycle, for a walk of three dimensions with negative and
+    zero strides."""
     m = Module()
     counts = [Signal(8, name=f"count{j}") for j in range(3)]
     strides = [Signal(signed(8), name=f"stride{j}") for j in range(3)]
     n = Signal(2)
     walk = AffineWalk(m, counts, strides, n, n, 8, signed(16), "w")
     step, restart, restart_at = Signal(), Signal(), Signal(signed(16))
-    limit, limit_next = Signal(12), Signal(12)
-    below = walk.below(limit_next)
+    limit, inc, clear = Signal(12), Signal(), Signal()
+    below = walk.below(limit, inc, clear)
     with m.If(restart):
         walk.reset(m, restart_at)
     with m.Elif(step & ~walk.complete):
         walk.step(m)
-    m.d.sync += limit.eq(limit_next)
+    with m.If(clear):
+        m.d.sync += limit.eq(0)
+    with m.Elif(inc):
+        m.d.sync += limit.eq(limit + 1)
     rng = np.random.default_rng(1)
     bad = []
 
@@ -37,7 +41,9 @@ def test_below_is_the_comparison_of_every_cycle():
             ctx.set(restart, int(rng.random() < 0.05))
             ctx.set(restart_at, int(rng.choice([0, 0, int(rng.integers(-40, 200))])))
             ctx.set(step, int(rng.random() < 0.7))
-            ctx.set(limit_next, int(rng.integers(0, 100)) if rng.random() < 0.3 else ctx.get(limit))
+            move = rng.random()
+            ctx.set(clear, int(move < 0.05))
+            ctx.set(inc, int(0.05 <= move < 0.6))
             await ctx.tick()
             if ctx.get(below) != int(ctx.get(walk.acc[0]) < ctx.get(limit)):
                 bad.append((cycle, ctx.get(walk.acc[0]), ctx.get(limit), ctx.get(below)))
@@ -57,4 +63,4 @@ def test_below_after_a_reset_is_refused():
     walk = AffineWalk(m, [Signal(4)], [Signal(4)], Signal(1), Signal(1), 4, signed(8), "w")
     walk.reset(m, 3)
     with pytest.raises(ValueError, match=r"AffineWalk.below must be called before the walk's first reset\(\)"):
-        walk.below(Signal(4))
+        walk.below(Signal(4), Signal(), Signal())

@@ -429,12 +429,15 @@ BUFFER_AFFINE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
 @pytest.mark.parametrize("shape, text, b, repeat, ref, read", BUFFER_AFFINE_CASES)
-def test_onchip_buffer_affine(sim_backend, shape, text, b, repeat, ref, read):
+def test_onchip_buffer_affine(sim_backend, shape, text, b, repeat, ref, read, out_reg):
+    """Affine readings; with ``out_reg`` (a pipelined fabric's build) the SRAM's data registered, the walk's
+    last-step flags and the modes registers, a skid register before the merger."""
     st = tiles(2, 2, *shape, dt="int16")
     tokens = tile_tokens(text)
     unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
-                                           ref=ref is not None, read_dims=2))
+                                           ref=ref is not None, read_dims=2, out_reg=out_reg))
     want = buffer_reference(st, tokens, b, repeat, ref, read)
     in_types = {"in": st} | ({"ref": ref[0]} if ref else {})
     config = unit.configure({"rank": b, "repeat": repeat, "read_shape": read[0], "read_stride": read[1]}, in_types)
@@ -457,15 +460,16 @@ BUFFER_MERGE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
 @pytest.mark.parametrize("shape, text, b, repeat, ref, read, merge", BUFFER_MERGE_CASES)
-def test_onchip_buffer_fused_flatten(sim_backend, shape, text, b, repeat, ref, read, merge):
+def test_onchip_buffer_fused_flatten(sim_backend, shape, text, b, repeat, ref, read, merge, out_reg):
     """A Flatten(0, merge) of each reading fused into the buffer: the tokens of Streamify -> Flatten, and
     the closes it drops cost no cycle of their own (fewer cycles, by at most the stops it drops: a dropped
     close may fall where the reading waits for its next entry to be written anyway)."""
     st = tiles(2, 2, *shape, dt="int16")
     tokens = tile_tokens(text)
     unit = OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=256,
-                                           ref=ref is not None, read_dims=3))
+                                           ref=ref is not None, read_dims=3, out_reg=out_reg))
     want = buffer_reference(st, tokens, b, repeat, ref, read, merge)
     unfused = buffer_reference(st, tokens, b, repeat, ref, read)
     in_types = {"in": st} | ({"ref": ref[0]} if ref else {})
@@ -527,8 +531,9 @@ def test_onchip_buffer_fused_flatten_errors():
         unit.configure({"rank": 1, "repeat": 2, "merge": 1}, {"in": st})
 
 
+@pytest.mark.parametrize("out_reg", [False, True], ids=["", "out_reg"])
 @pytest.mark.parametrize("k", range(4))
-def test_onchip_buffer_affine_random(sim_backend, k):
+def test_onchip_buffer_affine_random(sim_backend, k, out_reg):
     rng = random.Random(3000 + k)
     size, n = rng.randint(1, 5), rng.randint(1, 3)
     while True:
@@ -538,7 +543,7 @@ def test_onchip_buffer_affine_random(sim_backend, k):
             break
     repeat = rng.choice([None, 2])
     text = " ".join(" ".join(["1"] * size) + " S1" for _ in range(n)) + " D"
-    test_onchip_buffer_affine(sim_backend, (n, size), text, 1, repeat, None, (read_shape, stride))
+    test_onchip_buffer_affine(sim_backend, (n, size), text, 1, repeat, None, (read_shape, stride), out_reg)
 
 
 @pytest.mark.parametrize("k", range(6))
