@@ -796,7 +796,8 @@ def main(argv=None) -> int:
                          "pipelined') and put their rows in place of theirs in the saved report")
     ap.add_argument("--fabric", action="store_true", help="SwiGLU fabric vs the estimate")
     ap.add_argument("--fabric-units", action="store_true",
-                    help="every distinct unit build of the pipelined SwiGLU fabric, out of context -> docs/fpga-units.md")
+                    help="every distinct unit build of the pipelined SwiGLU fabric, out of context "
+                         "-> docs/fpga-units.md")
     ap.add_argument("--fabric-json", default=None, help="saved `step-hdl synth swiglu ... --json` output")
     ap.add_argument("--calibrate", action="store_true", help="the context factors, from the 2x2 SwiGLU fabric")
     ap.add_argument("--calibrate-json", default=None, help="saved `step-hdl synth swiglu ... --phys-tile 2 "
