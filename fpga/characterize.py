@@ -282,6 +282,26 @@ def write_cost_table(table, path=HERE / "cost_table.json", doc=DOCS / "fpga-cost
 
 # ----------------------------------------------------------------------------- per-unit report
 
+def _row_of(r) -> dict:
+    """A unit report row's resources, Fmax and critical path, from synthesis report ``r``."""
+    cp = r.critical_path
+    return {"luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
+            "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
+            "critical_path": None if cp is None else {
+                "start": cp.start_signal, "end": cp.end_signal, "delay_ns": cp.delay_ns, "logic_ns": cp.logic_ns,
+                "routing_ns": cp.routing_ns, "levels": cp.levels, "start_cell": cp.start, "end_cell": cp.end}}
+
+
+def _timing_cells(r) -> str:
+    """A report row's ``Fmax | critical path | delay | levels`` table cells, the Fmax marked under the goal."""
+    cp = r["critical_path"]
+    path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
+    delay = f"{cp['delay_ns']:.2f} ({cp['logic_ns']:.2f}/{cp['routing_ns']:.2f})" if cp else "-"
+    mark = " *" if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ else ""
+    fmax = r["fmax_mhz"] if r["fmax_mhz"] else "- (no register path)"
+    return f"{fmax}{mark} | {path_s} | {delay} | {cp['levels'] if cp else '-'}"
+
+
 def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f", only=None) -> list:
     """One row per unit of the unit table (``only``: just these names)."""
     from .unit_table import units
@@ -293,18 +313,11 @@ def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f", only=None) 
             continue
         t0 = time.perf_counter()
         r = _synth(u, _safe(name), workdir, place=True, target=target)
-        cp = r.critical_path
         base = name.removesuffix(" pipelined")
         family = (CATALOG[base].family if base in CATALOG else
                   "compute" if base.startswith(("Map[", "Accum[")) else "plumbing")
-        rows.append({"unit": name, "family": family,
-                     "params": params, "luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
+        rows.append({"unit": name, "family": family, "params": params, **_row_of(r),
                      **({"lutrams": r.lutrams} if target != "ecp5-85f" else {}),
-                     "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
-                     "critical_path": None if cp is None else {
-                         "start": cp.start_signal, "end": cp.end_signal, "delay_ns": cp.delay_ns,
-                         "logic_ns": cp.logic_ns, "routing_ns": cp.routing_ns, "levels": cp.levels,
-                         "start_cell": cp.start, "end_cell": cp.end},
                      "wall_s": r.wall_s,
                      **({"fmax_placed_mhz": r.fmax_placed_mhz} if target != "ecp5-85f" else {})})
         _say(f"{name:26s} luts {r.luts:6d} ffs {r.ffs:5d} dsps {r.dsps:3d} brams {r.brams:3d} "
@@ -316,13 +329,10 @@ def fabric_unit_builds(prep) -> list:
     """``[(instances, class, parameters, component)]``: the distinct unit designs of a prepared fabric (the
     mapper's shared modules: one per class and structural parameters), each with the instances that use it."""
     from step_hdl.mapper.design import built_units
-    from step_hdl.mapper.shared import design_key
+    from step_hdl.mapper.shared import design_groups
     units = built_units(prep.design)
-    groups: dict = {}
-    for spec in prep.design.units:
-        groups.setdefault(design_key(spec), []).append(spec)
     out = []
-    for specs in groups.values():
+    for specs in design_groups(prep.design.units):
         u = units[specs[0].name]
         for other in specs[1:]:
             units[other.name]._MustUse__silence = True      # the same design: synthesized once
@@ -344,12 +354,7 @@ def run_fabric_units(workdir=None) -> list:
     rows = []
     for names, cls, params, u in fabric_unit_builds(prep):
         r = _synth(u, _safe(names[0]), workdir, place=True)
-        cp = r.critical_path
-        rows.append({"instances": names, "unit": cls, "params": params, "luts": r.luts, "ffs": r.ffs,
-                     "dsps": r.dsps, "brams": r.brams, "fmax_mhz": round(r.fmax_mhz, 1) if r.fmax_mhz else None,
-                     "critical_path": None if cp is None else {
-                         "start": cp.start_signal, "end": cp.end_signal, "delay_ns": cp.delay_ns,
-                         "logic_ns": cp.logic_ns, "routing_ns": cp.routing_ns, "levels": cp.levels}})
+        rows.append({"instances": names, "unit": cls, "params": params, **_row_of(r)})
         _say(f"{', '.join(names)[:40]:40s} {cls:20s} fmax {r.fmax_mhz or 0:6.1f} MHz")
     return rows
 
@@ -371,13 +376,8 @@ def write_fabric_units(rows, path=HERE / "fabric_unit_report.json", doc=DOCS / "
              "logic/routing | levels |",
              "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows:
-        cp = r["critical_path"]
-        path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
-        delay = f"{cp['delay_ns']:.2f} ({cp['logic_ns']:.2f}/{cp['routing_ns']:.2f})" if cp else "-"
-        mark = " *" if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ else ""
         lines.append(f"| {', '.join(r['instances'])} | {r['unit']} | {r['luts']} | {r['ffs']} | {r['dsps']} | "
-                     f"{r['brams']} | {r['fmax_mhz'] or '-'}{mark} | {path_s} | {delay} | "
-                     f"{cp['levels'] if cp else '-'} |")
+                     f"{r['brams']} | {_timing_cells(r)} |")
     slow = [r for r in rows if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ]
     lines += ["", f"Under {GOAL_MHZ} MHz (`*`): " + (", ".join(f"{r['unit']} ({', '.join(r['instances'])})"
                                                        for r in slow) if slow else "none") + "."]
@@ -435,14 +435,9 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
              "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     slow = []
     for r in rows:
-        cp = r["critical_path"]
-        path_s = f"`{cp['start']}` -> `{cp['end']}`" if cp else "-"
-        delay = f"{cp['delay_ns']:.2f} ({cp['logic_ns']:.2f}/{cp['routing_ns']:.2f})" if cp else "-"
-        mark = " *" if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ else ""
-        fmax = r["fmax_mhz"] if r["fmax_mhz"] else "- (no register path)"
         lines.append(f"| {r['unit']} | {r['family']} | {r['params']} | {r['luts']} | {r['ffs']} | {r['dsps']} | "
-                     f"{r['brams']} | {fmax}{mark} | {path_s} | {delay} | {cp['levels'] if cp else '-'} |")
-        if mark:
+                     f"{r['brams']} | {_timing_cells(r)} |")
+        if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ:
             slow.append(r)
     lines += ["", f"## Units under {GOAL_MHZ} MHz", "",
               "The `pipelined` rows are the builds of a fabric with `pipeline` (`Fabric.pipeline`, `--pipeline`: "

@@ -47,8 +47,8 @@ def instance_timing(report: dict, period_ns: float, instances: set[str] | None =
 
     Returns ``{"period_ns", "endpoints", "late", "late_by_kind", "instances"}``: endpoints in all, those whose
     latest arrival is after ``period_ns`` (``late``, the setup time not counted; by the kind of input,
-    ``enable``, ``reset`` or ``data``), and per instance, slowest first, ``{"instance", "endpoints", "late", "late_enable", "worst_arrival_ns",
-    "fmax_mhz"}``. ``instances``: the top's submodule instances (:func:`instances_of`); a cell whose name
+    ``enable``, ``reset`` or ``data``), and per instance, slowest first, ``{"instance", "endpoints", "late",
+    "late_enable", "worst_arrival_ns", "fmax_mhz"}``. ``instances``: the top's submodule instances (:func:`instances_of`); a cell whose name
     starts with none of them is the top's own; without them a cell belongs to its name's part before the
     first dot. ``fmax_mhz`` is ``1000 / worst_arrival_ns``: the instance's endpoints alone would allow that
     clock, less the setup time of the latest one, which the arrival does not include (on ECP5 0.1 ns at a

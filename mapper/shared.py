@@ -19,12 +19,21 @@ from amaranth.hdl import ClockSignal, Instance, ResetSignal, Shape, Signal, Valu
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-__all__ = ["SharedUnit", "design_key", "module_name", "module_ports"]
+__all__ = ["SharedUnit", "design_groups", "design_key", "module_name", "module_ports"]
 
 
 def design_key(spec) -> str:
     """What makes two unit instances one design: the class and the structural parameters."""
     return json.dumps([spec.cls, spec.to_json()["params"]], sort_keys=True)
+
+
+def design_groups(specs) -> list[list]:
+    """The unit specs ``specs`` grouped by design (:func:`design_key`), each group in the specs' order, the
+    groups in the order of their first spec."""
+    groups: dict = {}
+    for spec in specs:
+        groups.setdefault(design_key(spec), []).append(spec)
+    return list(groups.values())
 
 
 def module_name(spec) -> str:

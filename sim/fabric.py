@@ -437,12 +437,9 @@ def unit_modules(design: Design) -> tuple[dict, str]:
     conversion too."""
     from amaranth.hdl import Shape
     from step_hdl.mapper.design import built_units
-    from step_hdl.mapper.shared import design_key, module_name, module_ports
+    from step_hdl.mapper.shared import design_groups, module_name, module_ports
     from step_hdl.units.stream import Queue
     units = built_units(design)
-    groups: dict = {}
-    for spec in design.units:
-        groups.setdefault(design_key(spec), []).append(spec)
     shared: dict = {"units": {}, "queues": {}}
     texts = []
     source = _source_fingerprint()      # hashes every generator source file: once, not per module
@@ -456,7 +453,7 @@ def unit_modules(design: Design) -> tuple[dict, str]:
             _write_whole(path, text)
         texts.append(text)
         return module_ports(text, mod)
-    for specs in groups.values():
+    for specs in design_groups(design.units):
         mod = module_name(specs[0])
         ports = module(mod, lambda: units[specs[0].name])
         for spec in specs:
