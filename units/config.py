@@ -9,6 +9,8 @@ send before the first token. One build then serves many programs.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from amaranth.hdl import Module, Signal, signed, unsigned
@@ -80,7 +82,9 @@ class ConfigRegs:
         reset value. ``name`` may be a tuple of registers: ``fn`` then takes one value per register, the
         written one from the write and the others from their registers."""
         names = (name,) if isinstance(name, str) else tuple(name)
-        flag = Signal(width, init=init, name=f"cfg_{'_'.join(names)}_{getattr(fn, '__name__', 'flag')}")
+        # (a name a netlist carries as it is: a lambda's "<lambda>" broke the Gowin router's net lookup)
+        suffix = re.sub(r"\W", "_", getattr(fn, "__name__", "flag"))
+        flag = Signal(width, init=init, name=f"cfg_{'_'.join(names)}_{suffix}")
         for n in names:
             k, r = self.index[n], self.regs[self.index[n]]
             value = port.payload.data[:r.width]

@@ -463,6 +463,22 @@ class Requantize(HwFn):
         return [clamp_parts(*parts[3 * k:3 * k + 3], out.dtype) for k in range(len(a.elems))]
 
 
+def _silu_one(frac):
+    """SiLU's 1.0 in fixed point of ``frac`` fractional bits (15 bits)."""
+    return (Const(1, 1) << frac)[:15]
+
+
+def _silu_upper(frac):
+    """Where SiLU's ``h = (x >> 2) + one / 2`` goes above ``one``: ``x >> 2`` above ``one - one / 2``."""
+    one = _silu_one(frac)
+    return one - (one >> 1)
+
+
+def _silu_neg_half(frac):
+    """Where SiLU's ``h`` goes below 0: ``x >> 2`` below ``-(one / 2)`` (16 bits, signed)."""
+    return -(_silu_one(frac) >> 1)
+
+
 def _frac_reg():
     return Reg("frac", 4, 8, doc="silu/exp: fractional bits (0..14)")
 
@@ -496,17 +512,42 @@ class Silu(HwFn):
     def stages(self, a):
         return 4 if a.dtype.is_int else 0       # x with (x >> 2) + 1/2, then with h; the product; shifted
 
+    def decoded(self, a, out):
+        # (pipelined) ``one`` and the clamp's bounds on x >> 2 (hr = (x >> 2) + one / 2 is below 0 below
+        # -one / 2, above one above one - one / 2) are registers decoded from frac's writes: no shifter or
+        # adder on the clamp's path into the multipliers' operand registers
+        if not a.dtype.is_int:
+            return {}
+        one = 1 << self.regs[0].init
+        return {"silu_one": ("frac", _silu_one, 15, one),
+                "silu_upper": ("frac", _silu_upper, 15, one - one // 2),
+                "silu_neg_half": ("frac", _silu_neg_half, 16, -(one // 2) & 0xFFFF)}
+
     def build(self, m, a, b, out, regs, pipe=NO_PIPE):
         if not out.dtype.is_int:
             return [hf.silu_bf16(m, x) for x in a.elems]
         frac = regs["frac"]
-        one = wire(m, (Const(1, 1) << frac)[:15], "silu_one")
+        if pipe.depth:
+            # whether hr is below 0 or above one: x >> 2 against registers, registered with hr (stage 2 only
+            # selects h)
+            one, upper, neg_half = regs["silu_one"], regs["silu_upper"], regs["silu_neg_half"].as_signed()
+            bounds = lambda x: ((x >> 2) < neg_half, (x >> 2) > upper)     # noqa: E731
+        else:
+            one = wire(m, _silu_one(frac), "silu_one")
+            bounds = lambda x: ()                                          # noqa: E731
         half = one >> 1
-        xh = pipe.cut([v for k, x in enumerate(a.elems) for v in (x, wire(m, (x >> 2) + half, f"silu_hr{k}"))],
-                      "silu_xhr")
-        xh = pipe.cut([v for x, hr in zip(xh[::2], xh[1::2])
-                       for v in (x, Mux(hr < 0, 0, Mux(hr > one, one, hr))[:15])], "silu_xh")   # h: 0..one
-        prods = pipe.cut([xh[2 * k] * xh[2 * k + 1] for k in range(len(a.elems))], "silu_xh_prod")
+        staged = pipe.cut([v for k, x in enumerate(a.elems)
+                           for v in (x, wire(m, (x >> 2) + half, f"silu_hr{k}"), *bounds(x))], "silu_xhr")
+        per = len(staged) // len(a.elems)
+        pairs = []
+        for x, hr, *flags in (staged[per * k:per * (k + 1)] for k in range(len(a.elems))):
+            low, high = flags or (hr < 0, hr > one)
+            pairs.append((x, Mux(low, 0, Mux(high, one, hr))[:15]))                        # h: 0..one
+        # x and h registered, then their product: in the platform's registered multipliers where it has them
+        prods = pipe.products(pairs, "silu_xh")
+        if prods is None:
+            xh = pipe.cut([v for pair in pairs for v in pair], "silu_xh")
+            prods = pipe.cut([xh[2 * k] * xh[2 * k + 1] for k in range(len(a.elems))], "silu_xh_prod")
         ys = pipe.cut([wire(m, x >> frac, f"silu_y{k}") for k, x in enumerate(prods)], "silu_y")
         return [saturate(y, out.dtype) for y in ys]
 

@@ -57,3 +57,11 @@ def test_decoded_flag_follows_its_register_in_the_same_cycle():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [(2, 0), (2, 0), (0, 1), (5, 0), (5, 0), (5, 0)]
+
+
+def test_decoded_register_names_are_netlist_safe():
+    """A decoded register is named after its function; a lambda's ``<lambda>`` becomes ``_lambda_`` (the Gowin
+    router failed to route a net named with it)."""
+    from amaranth.back import rtlil
+    text = rtlil.convert(_Flagged())
+    assert "cfg_other_rank__lambda_" in text and "<lambda>" not in text

@@ -14,7 +14,7 @@ from step_hdl.units.compute import Map, MapParams
 from step_hdl.units.matmul import MatMul, MatMulParams
 
 from hw.harness import check_unit
-from hw.test_compute_units import BINARY, paired
+from hw.test_compute_units import BINARY, paired, stream
 from hw.test_matmul_unit import chain_reference, operands
 
 
@@ -50,6 +50,22 @@ def test_map_on_registered_dsps(f):
     assert check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend="icarus", platform=dsp,
                       models=MODEL_VERILOG, name="map_dsp", seeds=(0,)) == want
     assert dsp.used == 64
+
+
+@pytest.mark.parametrize("frac", [0, 6, 14])
+def test_silu_on_registered_dsps(frac):
+    """The pipelined SiLU's x and h in the blocks' input registers, their products in the output registers
+    (one block per element): the tokens and cycles of the unit's own registers, full-range inputs that
+    clamp h at both ends."""
+    def unit():
+        return Map(MapParams(rows=4, cols=4, dtype="int16", fns=("silu",), max_rank=2, pipeline=True))
+    st, toks = stream(np.random.default_rng(frac), Tile("int16", 4, 4), "rank2")
+    regs = dict(fn=fn("silu", frac=frac))
+    want = check_unit(unit(), "Map", {"in0": (st, toks)}, regs, seeds=(0, 1))
+    dsp = Ecp5Dsp()
+    assert check_unit(unit(), "Map", {"in0": (st, toks)}, regs, backend="icarus", platform=dsp,
+                      models=MODEL_VERILOG, name=f"silu_dsp_{frac}", seeds=(0, 1)) == want
+    assert dsp.used == 2 * 16          # (one elaboration per seed)
 
 
 def test_budget_and_width():
