@@ -592,6 +592,8 @@ def _add_synth_parser(sub, units: bool = True):
                        help="nextpnr placer (default: nextpnr's own, heap)")
         p.add_argument("--timing-weight", type=_positive_int, default=None, metavar="N",
                        help="the heap placer's timing weight (default: nextpnr's 10, 100 above 20,000 LUTs)")
+        p.add_argument("--place-seed", type=_positive_int, default=1, metavar="N",
+                       help="nextpnr's placement seed (default: 1); a netlist's Fmax moves with it (docs/fpga.md)")
 
     def fabric(p):
         p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
@@ -643,8 +645,10 @@ def cmd_synth(args) -> int:
                 **({"pipeline": True} if pipeline else {})}
         name = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
     rep = synthesize(component, name, args.target, args.workdir, args.freq, place=not args.no_place,
-                     router=args.router, placer=args.placer, timing_weight=args.timing_weight, progress=say)
-    report = {**what, **rep.to_json(), "total_wall_s": round(time.perf_counter() - t0, 2)}
+                     seed=args.place_seed, router=args.router, placer=args.placer, timing_weight=args.timing_weight,
+                     progress=say)
+    report = {**what, **rep.to_json(), **({"place_seed": args.place_seed} if not args.no_place else {}),
+              "total_wall_s": round(time.perf_counter() - t0, 2)}
     if args.json:
         print(json.dumps(report, indent=1))
         return 0

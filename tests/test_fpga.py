@@ -427,3 +427,17 @@ def test_fabric_unit_builds_are_the_fabrics_distinct_designs(tmp_path):
     assert "| z | Map | 1 | 2 | 0 | 0 | 130.0 | " in text
     assert "Under 125 MHz (`*`): OnChipBuffer (x, y)." in text
     assert json.loads((tmp_path / "r.json").read_text())["units"] == rows
+
+
+def test_place_seed_reaches_nextpnr_and_the_report(tmp_path, capsys, monkeypatch):
+    """--place-seed is nextpnr's --seed, and the JSON report says it; 0 is refused."""
+    import step_hdl.fpga.ecp5 as ecp5
+    from step_hdl.cli import main, parser
+    seen, run = [], ecp5.run_nextpnr
+    monkeypatch.setattr(ecp5, "run_nextpnr", lambda tgt, args, work: (seen.append(args), run(tgt, args, work)))
+    assert main(["synth", "Queue", "--place-seed", "3", "--workdir", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["place_seed"] == 3
+    assert len(seen) == 1 and seen[0][seen[0].index("--seed") + 1] == "3"
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["synth", "Queue", "--place-seed", "0"])
+    assert exc.value.code == 2 and "argument --place-seed: expected an integer >= 1, got 0" in capsys.readouterr().err
