@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from step_hdl.flow import model, prepare, run_rtl, shared_fabric
+from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl, shared_fabric
 from step_hdl.sim.compare import point_workload, swiglu_points
 
 SIZE, TILE = (16, 64, 128), 4
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--credits", type=int, nargs="+", default=list(CREDITS), metavar="N",
                     help="the loads' credits (Fabric.mem_inflight) to run, each >= 1 (default: %(default)s)")
-    ap.add_argument("--dram", default="paper", choices=("paper", "paper-studies", "paper-interval1"),
+    ap.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS),
                     help="DRAM preset (default: paper)")
     ap.add_argument("--backend", default="verilator", choices=("verilator", "amaranth", "icarus"))
     ap.add_argument("--workers", type=int, default=2, help="builds at once (default: 2)")

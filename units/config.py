@@ -10,7 +10,6 @@ send before the first token. One build then serves many programs.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 from amaranth.hdl import Module, Signal, signed, unsigned
