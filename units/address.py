@@ -75,7 +75,10 @@ class AffineWalk:
         With ``static_counts``: per dimension ``counts[j] - 1`` and ``counts[j] - 2``, one bit wider than
         a count (negative below 0), registers decoded from the counts' writes
         (``ConfigRegs.decoded``), so the flags compare the counter with a register instead of adding to
-        it first.
+        it first. The step's decisions (:attr:`complete`, :attr:`inc_oh`, :attr:`close_needed`) are then
+        registers as well, formed from the flags' next values; they follow ``n`` and the counts through
+        :meth:`reset` (the walk is reset after the registers are written, as a unit starts it), and
+        :attr:`checks` pairs each with the expression it stands for (for the tests).
     """
 
     _HOLD, _INC, _ZERO = 0, 1, 2
@@ -115,18 +118,46 @@ class AffineWalk:
             lo = Mux((n > j) & (counts[j] == 0), j + 1, lo)
         dom += self.lo.eq(lo)
         # where the walk is
-        last = [(self.lo > j) | (n <= j) | at_last[j] for j in range(D)]
-        self.complete = Cat(*last).all()
-        self.inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
+        def decisions(at):
+            last = [(self.lo > j) | (n <= j) | at[j] for j in range(D)]
+            complete = Cat(*last).all()
+            inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
+            inc = 0
+            for j in range(D):
+                inc = Mux(inc_oh[j], j, inc)
+            close = Mux(complete, top, inc)
+            needed = close > self.lo
+            if merge is not None:
+                needed = needed & (close > merge)
+            return complete, inc_oh, needed
+        self.complete, self.inc_oh, self.close_needed = decisions(at_last)
+        self.checks = []
+        self._stepping = Signal(name=f"{name}stepping")     # step() / reset() in this cycle
+        self._resetting = Signal(name=f"{name}resetting")
+        if static_counts and count_less is not None:
+            # with the counts' decoded registers (pipelined) the step's decisions are registers too: their
+            # next values for each way the walk can go (hold, step, back to the start) formed from registers,
+            # the handshake selecting one, so what reads them (the unit's event logic, the walk's enables)
+            # starts at flip-flops. ``checks``: each register beside the expression it stands for
+            regs = [Signal(name=f"{name}complete"), Signal(D, name=f"{name}inc_oh"),
+                    Signal(name=f"{name}close_needed")]
+            self.checks = [(regs[0], self.complete), (regs[1], Cat(*self.inc_oh)), (regs[2], self.close_needed)]
+            below = [Cat(*regs[1][j + 1:]).any() if j + 1 < D else Const(0) for j in range(D)]
+            ways = []
+            for at in ([count_less[0][j] == 0 for j in range(D)],
+                       [Mux(below[j], count_less[0][j] == 0, Mux(regs[1][j], self.idx[j] == count_less[1][j],
+                                                                 at_last[j])) for j in range(D)],
+                       at_last):
+                complete, inc_oh, needed = decisions(at)
+                ways.append(Cat(complete, *inc_oh, needed))
+            m.d.sync += Cat(*regs).eq(Mux(self._resetting, ways[0], Mux(self._stepping, ways[1], ways[2])))
+            self.complete, self.inc_oh, self.close_needed = regs[0], list(regs[1]), regs[2]
         inc = Signal(range(D + 1), name=f"{name}inc")
         for j in range(D):
             with m.If(self.inc_oh[j]):
                 m.d.comb += inc.eq(j)
         self.close = Signal(range(D + 1), name=f"{name}close")
         m.d.comb += self.close.eq(Mux(self.complete, top, inc))
-        self.close_needed = self.close > self.lo
-        if merge is not None:
-            self.close_needed = self.close_needed & (self.close > merge)
         self._m, self._name, self._acc_shape = m, name, acc_shape
         self._restart = None    # (below()) the offset reset() goes back to this cycle
         self._resets = 0
@@ -138,6 +169,7 @@ class AffineWalk:
     def step(self, m):
         """Sync: the next element (the lowest dimension not at its last step counts, the ones below restart
         at the new offset)."""
+        m.d.comb += self._stepping.eq(1)
         for j in range(self.D):
             with m.If(self.inc_oh[j]):
                 nxt = self.acc[j] + self.strides[j]
@@ -167,6 +199,7 @@ class AffineWalk:
 
     def reset(self, m, value=0):
         """Sync: back to the first element, at offset ``value``."""
+        m.d.comb += self._resetting.eq(1)
         m.d.sync += [a.eq(value) for a in self.acc]
         m.d.comb += [op.eq(self._ZERO) for op in self._op]
         self._resets += 1

@@ -64,3 +64,56 @@ def test_below_after_a_reset_is_refused():
     walk.reset(m, 3)
     with pytest.raises(ValueError, match=r"AffineWalk.below must be called before the walk's first reset\(\)"):
         walk.below(Signal(4), Signal(), Signal())
+
+
+def test_registered_decisions_are_the_expressions_of_every_cycle():
+    """With the counts' decoded registers (a pipelined unit's walk), ``complete``, ``inc_oh`` and
+    ``close_needed`` are registers: under random steps, closes and restarts, and programs changed between runs
+    (``n``, counts with zeros and ones, a ``merge`` level), each equals the expression it stands for in every
+    cycle but the one after a register write."""
+    m = Module()
+    D = 4
+    counts = [Signal(8, name=f"count{j}") for j in range(D)]
+    less = [[Signal(signed(9), name=f"less{k}_{j}") for j in range(D)] for k in (1, 2)]
+    strides = [Signal(signed(8), name=f"stride{j}") for j in range(D)]
+    n, top, merge = Signal(3), Signal(3), Signal(3)
+    walk = AffineWalk(m, counts, strides, n, top, 8, signed(16), "w", merge=merge, static_counts=True,
+                      count_less=less)
+    assert len(walk.checks) == 3
+    step, restart = Signal(), Signal()
+    with m.If(restart):
+        walk.reset(m, 0)
+    with m.Elif(step):
+        walk.advance(m, lambda: None)
+    rng = np.random.default_rng(2)
+    compared, bad = [0], []
+
+    async def bench(ctx):
+        for program in range(40):
+            n_ = int(rng.integers(0, D + 1))
+            for j in range(D):
+                c = int(rng.choice([0, 1, 1, 2, 3, 4])) if rng.random() < 0.9 else 0
+                ctx.set(counts[j], c)
+                ctx.set(less[0][j], c - 1)
+                ctx.set(less[1][j], c - 2)
+                ctx.set(strides[j], int(rng.integers(-3, 4)))
+            ctx.set(n, n_)
+            ctx.set(top, int(rng.integers(0, D + 1)))
+            ctx.set(merge, int(rng.integers(0, 3)))
+            ctx.set(step, 0)
+            await ctx.tick()
+            await ctx.tick()
+            for cycle in range(60):
+                ctx.set(restart, int(cycle == 0 or rng.random() < 0.03))
+                ctx.set(step, int(rng.random() < 0.7))
+                await ctx.tick()
+                for reg, expr in walk.checks:
+                    compared[0] += 1
+                    if ctx.get(reg) != ctx.get(expr):
+                        bad.append((program, cycle, reg.name, ctx.get(reg), ctx.get(expr)))
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert compared[0] == 40 * 60 * 3
+    assert not bad, bad[:5]
