@@ -90,9 +90,15 @@ NOTES = {
                          "register slice between the walk and the tracker, registers the head of the "
                          "tracker's order queue (the response handshake read it from LUT RAM) and compares "
                          "the walk's step counters with `count - 1` and `count - 2`, registers decoded from "
-                         "the counts' writes, instead of adding to the counters first (LinearOffChipLoad "
-                         "pipelined: 127.0 MHz; 119.0 with the slice alone, the path then the walk's step, "
-                         "from its last-step flags to the running addresses).",
+                         "the counts' writes, instead of adding to the counters first, and keeps the walk's "
+                         "step decisions (its last element, the dimension that steps, whether a close "
+                         "follows) and whether it is empty in registers, the decisions' next values formed "
+                         "for each way the walk can go (LinearOffChipLoad pipelined: 132.2 MHz; 127.0 with "
+                         "the decisions formed from the flags in the cycle, 119.0 with the slice alone, the "
+                         "path then the walk's step, from its last-step flags to the running addresses). In "
+                         "the fabric the registered decisions take the logic off the enable of the walk's "
+                         "240 counter and address flip-flops (9 levels of logic to 3), whose long routes "
+                         "were the fabric's critical path (`docs/fpga.md`).",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "

@@ -32,10 +32,14 @@ def _less(k: int):
     return less
 
 
+def _is_one(count):
+    return count == 1
+
+
 def count_less(m, regs, cfg, names: list) -> list:
     """:class:`AffineWalk`'s ``count_less`` for count registers ``names`` (innermost first) of a unit's
     :class:`~step_hdl.units.config.ConfigRegs` ``regs`` written through ``cfg``: ``count - 1`` and
-    ``count - 2`` of each, registers decoded from its writes."""
+    ``count - 2`` of each, and whether it is 1, registers decoded from its writes."""
     out = []
     for k in (1, 2):
         row = []
@@ -43,6 +47,7 @@ def count_less(m, regs, cfg, names: list) -> list:
             r = regs.regs[regs.index[name]]
             row.append(regs.decoded(m, cfg, name, _less(k), (r.init - k) & ((1 << (r.width + 1)) - 1), r.width + 1))
         out.append(row)
+    out.append([regs.decoded(m, cfg, name, _is_one, int(regs.regs[regs.index[name]].init == 1)) for name in names])
     return out
 
 
@@ -71,9 +76,9 @@ class AffineWalk:
         starts): whether each step counter is at its last step is then a flag registered with the
         counter, keeping the comparisons off the next-step logic. False (counts that change while the
         unit runs, such as a buffer's sizes): the comparisons are combinational.
-    count_less : pair of lists of Value, optional
+    count_less : three lists of Value, optional
         With ``static_counts``: per dimension ``counts[j] - 1`` and ``counts[j] - 2``, one bit wider than
-        a count (negative below 0), registers decoded from the counts' writes
+        a count (negative below 0), and ``counts[j] == 1``, registers decoded from the counts' writes
         (``ConfigRegs.decoded``), so the flags compare the counter with a register instead of adding to
         it first. The step's decisions (:attr:`complete`, :attr:`inc_oh`, :attr:`close_needed`) are then
         registers as well, formed from the flags' next values; they follow ``n`` and the counts through
@@ -97,9 +102,8 @@ class AffineWalk:
             idx, op = self.idx[j], self._op[j]
             m.d.sync += idx.eq(Mux(op == self._INC, idx + 1, Mux(op == self._ZERO, 0, idx)))
             if static_counts and count_less is not None:
-                less1, less2 = count_less[0][j], count_less[1][j]
-                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx == less2,
-                                              Mux(op == self._ZERO, less1 == 0, idx == less1)))
+                less1, less2, one = count_less[0][j], count_less[1][j], count_less[2][j]
+                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx == less2, Mux(op == self._ZERO, one, idx == less1)))
             elif static_counts:
                 m.d.sync += at_last[j].eq(Mux(op == self._INC, idx + 2 == counts[j],
                                               Mux(op == self._ZERO, counts[j] == 1, idx + 1 == counts[j])))
@@ -122,13 +126,10 @@ class AffineWalk:
             last = [(self.lo > j) | (n <= j) | at[j] for j in range(D)]
             complete = Cat(*last).all()
             inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
-            inc = 0
-            for j in range(D):
-                inc = Mux(inc_oh[j], j, inc)
-            close = Mux(complete, top, inc)
-            needed = close > self.lo
-            if merge is not None:
-                needed = needed & (close > merge)
+            # close > lo (and > merge) for close = top, or the stepping dimension j: per j a comparison of
+            # registers with a constant, selected by the one-hot (no encoder in front of a comparison)
+            above = (lambda v: (v > self.lo) & (v > merge)) if merge is not None else (lambda v: v > self.lo)
+            needed = Mux(complete, above(top), Cat(*(inc_oh[j] & above(Const(j)) for j in range(D))).any())
             return complete, inc_oh, needed
         self.complete, self.inc_oh, self.close_needed = decisions(at_last)
         self.checks = []
@@ -144,8 +145,8 @@ class AffineWalk:
             self.checks = [(regs[0], self.complete), (regs[1], Cat(*self.inc_oh)), (regs[2], self.close_needed)]
             below = [Cat(*regs[1][j + 1:]).any() if j + 1 < D else Const(0) for j in range(D)]
             ways = []
-            for at in ([count_less[0][j] == 0 for j in range(D)],
-                       [Mux(below[j], count_less[0][j] == 0, Mux(regs[1][j], self.idx[j] == count_less[1][j],
+            for at in (count_less[2],
+                       [Mux(below[j], count_less[2][j], Mux(regs[1][j], self.idx[j] == count_less[1][j],
                                                                  at_last[j])) for j in range(D)],
                        at_last):
                 complete, inc_oh, needed = decisions(at)

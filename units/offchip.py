@@ -420,6 +420,13 @@ class LinearOffChipLoad(_MemUnit):
                        static_counts=True, count_less=less)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
         leaf_skip = w.has_zero & (w.lo > top)  # no ref and the outermost dim is empty: no tokens at all
+        if p.pipeline and not p.ref:
+            # static while the unit runs: a register (from the walk's registered structure, a cycle behind
+            # it, which is still before the run: start is written after the counts and n_out, and RUN begins
+            # the cycle after start is seen), so the event logic and the walk's enables do not start at n_out
+            skip_r = Signal(name="leaf_skip")
+            m.d.sync += skip_r.eq(leaf_skip)
+            leaf_skip = skip_r
 
         # ---- state
         IDLE, RUN, FIN = 0, 1, 2

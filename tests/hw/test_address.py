@@ -75,6 +75,7 @@ def test_registered_decisions_are_the_expressions_of_every_cycle():
     D = 4
     counts = [Signal(8, name=f"count{j}") for j in range(D)]
     less = [[Signal(signed(9), name=f"less{k}_{j}") for j in range(D)] for k in (1, 2)]
+    less.append([Signal(name=f"one{j}") for j in range(D)])
     strides = [Signal(signed(8), name=f"stride{j}") for j in range(D)]
     n, top, merge = Signal(3), Signal(3), Signal(3)
     walk = AffineWalk(m, counts, strides, n, top, 8, signed(16), "w", merge=merge, static_counts=True,
@@ -96,6 +97,7 @@ def test_registered_decisions_are_the_expressions_of_every_cycle():
                 ctx.set(counts[j], c)
                 ctx.set(less[0][j], c - 1)
                 ctx.set(less[1][j], c - 2)
+                ctx.set(less[2][j], int(c == 1))
                 ctx.set(strides[j], int(rng.integers(-3, 4)))
             ctx.set(n, n_)
             ctx.set(top, int(rng.integers(0, D + 1)))
