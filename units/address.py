@@ -81,9 +81,9 @@ class AffineWalk:
         a count (negative below 0), and ``counts[j] == 1``, registers decoded from the counts' writes
         (``ConfigRegs.decoded``), so the flags compare the counter with a register instead of adding to
         it first. The step's decisions (:attr:`complete`, :attr:`inc_oh`, :attr:`close_needed`) are then
-        registers as well, formed from the flags' next values; they follow ``n`` and the counts through
-        :meth:`reset` (the walk is reset after the registers are written, as a unit starts it), and
-        :attr:`checks` pairs each with the expression it stands for (for the tests).
+        registers as well, formed from the flags' next values; they follow a write of ``n`` or a count a
+        cycle after the expressions do (a unit starts its walk after the writes), and :attr:`checks` pairs
+        each with the expression it stands for (for the tests).
     """
 
     _HOLD, _INC, _ZERO = 0, 1, 2
