@@ -36,7 +36,7 @@ import operator
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import memory, wiring
+from amaranth.lib import memory
 
 from step_hdl import floats
 from step_hdl.errors import StepTypeError
@@ -50,7 +50,6 @@ from .layout import TileFormat, TokenFormat, has_short, tile_elems, token_short
 from .merger import StopMerger
 from .params import ParamError, StreamParams
 from .pipeline import NO_PIPE, Pipe
-from .stream import HeadQueue
 
 __all__ = ["MapParams", "Map", "AccumParams", "Accum", "Scan", "FlatMapParams", "FlatMap"]
 
@@ -242,11 +241,7 @@ class Map(StepUnit):
     ``M·N`` int32 register), latency ``M/g``. Every other function: II 1.
     ``params.multipliers`` counts a build's multipliers. With ``params.pipeline`` the
     deep functions (integer matmul, SiLU, exp) are cut into ``params.stages`` stages
-    (:mod:`step_hdl.units.pipeline`) that move on every clock, without a clock enable, in front of
-    an output buffer of ``stages + 2`` tokens whose head is the output register
-    (:class:`~step_hdl.units.stream.HeadQueue`): the unit takes a token only while
-    the buffer has room for it beside every token in flight (the ``credit``
-    register), so a stalled output stops the inputs, not the stages.
+    (:mod:`step_hdl.units.pipeline`), all moving when the output register is free.
 
     Registers: ``fn`` (index into ``params.fns``) and the functions' own
     (``shift``, ``frac``, ``transpose``, ``transpose_a``, ``scale``, ``offset``).
@@ -257,9 +252,9 @@ class Map(StepUnit):
 
     Latency ``1 + params.stages`` (registered output; ``M/g`` for a folded
     matmul), II 1 (see above). Combinational: ready only (``i0.ready``/``i1.ready`` from
-    ``o.ready``, the other input's valid and ``i0``'s stop level; pipelined from the
-    ``credit`` register and the other input's valid); data and valid are
-    registered (the function is evaluated in front of the output register).
+    ``o.ready``, the other input's valid and ``i0``'s stop level);
+    data and valid are registered (the function is evaluated in front of the
+    output register).
     """
 
     kind = "Map"
@@ -416,67 +411,38 @@ class Map(StepUnit):
                          o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
         return m
 
-    def _front(self, m, credit, platform=None, inject=None):
-        """The pipeline in front of the output buffer, moving on every clock: ``(res, valid, stop, done,
-        is_data, take)``, the first five of the token in its last stage (``res`` its result tile), ``take``
-        whether it takes the inputs' tokens in this cycle. ``credit``: the buffer has room for one more token
-        (a register). ``platform``: what the unit is elaborated for (its hard multipliers,
-        :meth:`Pipe.products`). ``inject``: a condition under which the pipeline takes a token of its own
-        (not a data tile, no stop, no done) instead of the inputs' (a MatMul's zero tile before a stop that
-        closes an empty run); the last stage's token then has ``stop`` 0, and two values follow: whether
-        the pipeline takes such a token in this cycle (``take`` includes it) and whether the last stage's
-        token is one."""
+    def _front(self, m, advance, platform=None, before_last: bool = False):
+        """The pipeline in front of the output register, moving when ``advance`` is high: ``(res, valid,
+        stop, done, is_data)`` of the token in its last stage (``res`` its result tile). ``platform``: what
+        the unit is elaborated for (its hard multipliers, :meth:`Pipe.products`). ``before_last``: and
+        ``(valid, stop, done, is_data)`` of what the last stage loads when the pipeline advances."""
         p = self.params
         i0 = self.i0
         i1 = self.i1 if p.binary else None
-        pipe = Pipe(m, None, p.stages, platform=platform)
+        pipe = Pipe(m, advance, p.stages, platform=platform)
         res, use1, _ = self._result(m, pipe)
         other = (i1.valid | ~use1) if i1 is not None else Const(1)
-        admit = credit if inject is None else credit & ~inject
-        take = admit & i0.valid & other
-        m.d.comb += i0.ready.eq(admit & other)
+        take = advance & i0.valid & other
+        m.d.comb += i0.ready.eq(advance & other)
         if i1 is not None:
-            m.d.comb += i1.ready.eq(admit & i0.valid & use1)
+            m.d.comb += i1.ready.eq(advance & i0.valid & use1)
         is_data = ~i0.payload.done & (i0.payload.stop == 0)
-        if inject is None:
-            valid, stop, done, data = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok")
-            return res, valid, stop, done, data, take
-        own = credit & i0.valid & other & inject
-        valid, stop, done, data, zero = pipe.delay(
-            [take | own, Mux(own, 0, i0.payload.stop), i0.payload.done & ~own, is_data & ~own, own], "tok")
-        return res, valid, stop, done, data, take | own, own, zero
-
-    @staticmethod
-    def _credits(m, depth: int, take, gone, o):
-        """The register ``credit``: the output buffer of ``depth`` tokens has room for one more beside every
-        token taken and not yet gone (left through ``o``, or ``gone``: dropped on the way, a MatMul's
-        products that join its running sum). Returns it."""
-        credit = Signal(init=1, name="credit")
-        flight = Signal(range(depth + 1), name="in_flight")
-        nxt = Signal.like(flight)
-        m.d.comb += nxt.eq(flight + take - gone - (o.valid & o.ready))
-        m.d.sync += [flight.eq(nxt), credit.eq(nxt < depth)]
-        return credit
+        (valid, stop, done, data), before = pipe.delay([take, i0.payload.stop, i0.payload.done, is_data], "tok",
+                                                       before_last=True)
+        return (res, valid, stop, done, data) + ((tuple(before),) if before_last else ())
 
     def _elaborate_pipelined(self, platform=None):
-        """``params.stages`` stages that move on every clock, in front of an output buffer of ``stages + 2``
-        tokens whose head is the output register (:class:`~step_hdl.units.stream.HeadQueue`); the unit
-        takes a token only while the buffer has room for it beside every token in flight (``credit``, a
-        register), so no stage waits for ``o.ready`` (II 1; ``i*.ready`` from a register and the other
-        input's valid)."""
+        """``params.stages`` stages between the inputs and the output register, all moving together when
+        the output register is free (II 1; ``i*.ready`` combinational in ``o.ready``, as unpipelined)."""
         m = Module()
         self.regs.elaborate(m, self.cfg)
         o = self.o
-        depth = self.params.stages + 2
-        m.submodules.out_buf = buf = HeadQueue(o.payload.shape(), depth)
-        credit = Signal(name="credit_in")
-        res, valid, stop, done, is_data, take = self._front(m, credit, platform)
-        m.d.comb += credit.eq(self._credits(m, depth, take, 0, o))
-        m.d.comb += [buf.i.valid.eq(valid), buf.i.payload.stop.eq(stop), buf.i.payload.done.eq(done),
-                     buf.i.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
-        wiring.connect(m, buf.o, wiring.flipped(o))
-        # (for the tests: high in a cycle where the buffer would refuse a token, which the credits rule out)
-        self.refused = buf.i.valid & ~buf.i.ready
+        advance = Signal(name="advance")
+        m.d.comb += advance.eq(~o.valid | o.ready)
+        res, valid, stop, done, is_data = self._front(m, advance, platform)
+        with m.If(advance):
+            m.d.sync += [o.valid.eq(valid), o.payload.stop.eq(stop), o.payload.done.eq(done),
+                         o.payload.payload.eq(Mux(is_data, res.as_value(), 0))]
         return m
 
 

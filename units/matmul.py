@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
 
 from step_hdl.types import Tile
 
@@ -25,7 +24,6 @@ from .compute import Map, MapParams, _fmt
 from .config import Reg
 from .functions import TileVal, matmul_dims, update_elems
 from .layout import has_short, tile_elems
-from .stream import HeadQueue
 from .params import ParamError, positive
 
 __all__ = ["MatMulParams", "MatMul"]
@@ -87,13 +85,11 @@ class MatMul(Map):
     Latency ``1 + params.stages`` from the ``k``-th pair to its output tile: integer operands pass the
     matmul's four pipeline stages (operands, products, the adder tree's first half, tile sums;
     ``units.pipeline``) before the sum (``M/g`` for a folded matmul, which has no stages). II 1 per input
-    token (pair or stop). Unpipelined, only a token that makes an output (the ``k``-th pair, a stop, done)
-    waits for the output register. Pipelined, the stages move on every clock (no clock enable, the DSP
-    blocks' included) and the outputs go to a buffer of ``stages + 2`` tokens whose head is the output
-    register; the unit takes a token while the buffer has room for it beside every token in flight that
-    will make an output (``credit``, a register). Combinational: ``i0.ready``/``i1.ready`` from the other
-    input's valid and ``i0``'s stop level (a zero tile first), unpipelined also from ``o.ready`` and the
-    product counter, pipelined from ``credit`` and ``run_open``; data and valid are registered.
+    token (pair or stop); only a token that makes an output (the ``k``-th pair, a stop, done) waits for the
+    output register, and the pipeline moves while its last stage is empty or taken. Combinational:
+    ``i0.ready``/``i1.ready`` from the other input's valid and ``o.ready`` (through the stages' advance,
+    itself one gate from two registers and ``o.ready``; unpipelined also ``i0``'s stop level and the
+    product counter); data and valid are registered.
     """
 
     kind = "MatMul"
@@ -122,17 +118,34 @@ class MatMul(Map):
         return self.config_image(k=k, **values)
 
     def elaborate(self, platform):
-        if self.params.stages:
-            return self._elaborate_pipelined(platform)
         m = Module()
         p = self.params
         self.regs.elaborate(m, self.cfg)
         regs = self.regs.signals
         i0, i1, o = self.i0, self.i1, self.o
-        res, _, phase = self._result(m)
-        tok_valid, tok_stop, tok_done = i0.valid & i1.valid, i0.payload.stop, i0.payload.done
-        is_data = ~tok_done & (tok_stop == 0)
-        count, state, fresh, total = self._sum(m, res)
+        out = p.sum_tile
+        if p.stages:
+            # the products' pipeline (``Map._front``) in front of the sum: its last stage is the token
+            advance = Signal(name="advance")
+            res, tok_valid, tok_stop, tok_done, is_data, before = self._front(m, advance, platform,
+                                                                              before_last=True)
+            phase = None
+        else:
+            res, _, phase = self._result(m)
+            tok_valid, tok_stop, tok_done = i0.valid & i1.valid, i0.payload.stop, i0.payload.done
+            is_data = ~tok_done & (tok_stop == 0)
+
+        count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
+        state = Signal(o.payload.payload.shape(), name="sum")
+        fresh = Signal(init=1, name="fresh")              # registered: count == 0 (it feeds every sum's adder)
+        prev = TileVal.of(out, state)
+        zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
+        total = Signal(o.payload.payload.shape(), name="total")
+        update = "add_groups" if p.matmul_groups else "add"
+        m.d.comb += [tile_elems(total)[j].eq(v)
+                     for j, v in enumerate(update_elems(m, update, zero_or_prev, TileVal.of(p.out_tile, res)))]
+        if has_short(total):
+            m.d.comb += total.short.eq(res.short)
 
         run_open = Signal()             # a pair was taken since the last stop (or the start)
         empty = ~is_data & ~tok_done & ~run_open     # a stop closing an empty run: a zero tile first
@@ -148,79 +161,50 @@ class MatMul(Map):
             free = free & ~folding
         step = free & tok_valid
         fire = step & ~empty
-        m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
+        if not p.stages:
+            m.d.comb += [i0.ready.eq(free & i1.valid & ~empty), i1.ready.eq(free & i0.valid & ~empty)]
         if phase is not None:
             with m.If(fire):
                 m.d.sync += phase.eq(0)
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        # the next values of the output's valid, run_open and last_pair (the pipelined unit's advance is
+        # formed from them, below)
+        valid_next, open_next, last_next = Signal(), Signal(), Signal()
+        m.d.comb += [valid_next.eq(o.valid & ~o.ready), open_next.eq(run_open), last_next.eq(last)]
+        m.d.sync += [o.valid.eq(valid_next), run_open.eq(open_next), last.eq(last_next)]
         with m.If(step & empty):
-            m.d.sync += [o.valid.eq(1), run_open.eq(1), o.payload.stop.eq(0), o.payload.done.eq(0),
-                         o.payload.payload.eq(0)]
+            m.d.comb += [valid_next.eq(1), open_next.eq(1)]
+            m.d.sync += [o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0)]
         with m.If(fire):
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0), last.eq(count + 2 == regs["k"])]
+                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0)]
+                m.d.comb += last_next.eq(count + 2 == regs["k"])
             with m.Else():
-                m.d.sync += [last.eq(regs["k"] == 1), o.valid.eq(1), count.eq(0), fresh.eq(1),
-                             o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
+                m.d.comb += [last_next.eq(regs["k"] == 1), valid_next.eq(1)]
+                m.d.sync += [count.eq(0), fresh.eq(1), o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
                              o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
-            m.d.sync += run_open.eq(is_data)
+            m.d.comb += open_next.eq(is_data)
         with m.Elif(fresh):
-            m.d.sync += last.eq(regs["k"] == 1)     # (k is programmed before the operands come)
+            m.d.comb += last_next.eq(regs["k"] == 1)     # (k is programmed before the operands come)
+        if p.stages:
+            self._advance(m, advance, o, (tok_valid, tok_done, is_data), before, (valid_next, open_next, last_next))
+            # (for the tests: the advance and the expression it stands for, equal in every cycle)
+            self.advance_check = (advance, ~tok_valid | (free & ~empty))
         return m
 
-    def _sum(self, m, res):
-        """The running sum: ``(count, state, fresh, total)``, the products summed in this output tile, their
-        sum, whether none is (a register: it feeds every sum's adder) and the sum with ``res`` added."""
-        p = self.params
-        out = p.sum_tile
-        count = Signal(p.k_bits, name="products")
-        state = Signal(self.o.payload.payload.shape(), name="sum")
-        fresh = Signal(init=1, name="fresh")
-        prev = TileVal.of(out, state)
-        zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
-        total = Signal(self.o.payload.payload.shape(), name="total")
-        update = "add_groups" if p.matmul_groups else "add"
-        m.d.comb += [tile_elems(total)[j].eq(v)
-                     for j, v in enumerate(update_elems(m, update, zero_or_prev, TileVal.of(p.out_tile, res)))]
-        if has_short(total):
-            m.d.comb += total.short.eq(res.short)
-        return count, state, fresh, total
-
-    def _elaborate_pipelined(self, platform=None):
-        """The products' pipeline (``Map._front``, moving on every clock) in front of the running sum, whose
-        outputs go to a buffer of ``stages + 2`` tokens (``Map._credits``). A stop that closes an empty run
-        is seen at the inputs (``run_open`` there): the pipeline takes a zero-tile token of its own first and
-        the stop a cycle later, so every token in the pipeline makes one output at most."""
-        m = Module()
-        p = self.params
-        self.regs.elaborate(m, self.cfg)
-        k = self.regs.signals["k"]
-        i0, o = self.i0, self.o
-        depth = p.stages + 2
-        m.submodules.out_buf = buf = HeadQueue(o.payload.shape(), depth)
-        credit = Signal(name="credit_in")
-        run_open = Signal(name="run_open")      # a pair was taken since the last stop (or the start)
-        is_stop = ~i0.payload.done & (i0.payload.stop != 0)
-        res, valid, stop, done, is_data, take, own, zero = self._front(m, credit, platform,
-                                                                       inject=is_stop & ~run_open)
-        with m.If(i0.valid & i0.ready):
-            m.d.sync += run_open.eq(~i0.payload.done & (i0.payload.stop == 0))
-        with m.Elif(own):
-            m.d.sync += run_open.eq(1)          # the zero tile's token opens the run its stop then closes
-        count, state, fresh, total = self._sum(m, res)
-        last = Signal(name="last_pair")         # the next pair is the k-th (count == k - 1)
-        absorb = valid & is_data & ~last
-        with m.If(absorb):
-            m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0), last.eq(count + 2 == k)]
-        with m.Elif(valid & ~zero):
-            m.d.sync += [count.eq(0), fresh.eq(1), last.eq(k == 1)]
-        with m.Elif(fresh):
-            m.d.sync += last.eq(k == 1)     # (k is programmed before the operands come)
-        m.d.comb += credit.eq(self._credits(m, depth, take, absorb, o))
-        m.d.comb += [buf.i.valid.eq(valid & ~absorb), buf.i.payload.stop.eq(stop), buf.i.payload.done.eq(done),
-                     buf.i.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
-        wiring.connect(m, buf.o, wiring.flipped(o))
-        # (for the tests: high in a cycle where the buffer would refuse a token, which the credits rule out)
-        self.refused = buf.i.valid & ~buf.i.ready
-        return m
+    def _advance(self, m, advance, o, now, before, nxt):
+        """The pipeline's advance, ``~tok_valid | (free & ~empty)`` of the last stage's token, as
+        ``adv_free | (o.ready & adv_data)`` of two registers formed from the next values of what it reads:
+        it loads every stage's registers and the multiplier blocks' clock enables, so its fanout is the
+        unit's; from two flip-flops and the output's ready it is one level of logic in front of it (three
+        from the token's registers)."""
+        tok_valid, tok_done, is_data = now
+        b_valid, _b_stop, b_done, b_data = before
+        valid_next, open_next, last_next = nxt
+        free_reg = Signal(init=1, name="adv_free")     # ~tok_valid | (~empty & (~makes_output | ~o.valid))
+        data_reg = Signal(init=0, name="adv_data")     # ~empty
+        m.d.comb += advance.eq(free_reg | (o.ready & data_reg))
+        v_n, d_n, data_n = (Mux(advance, b, t) for b, t in ((b_valid, tok_valid), (b_done, tok_done),
+                                                             (b_data, is_data)))
+        not_empty_n = data_n | d_n | open_next
+        m.d.sync += [free_reg.eq(~v_n | (not_empty_n & ((data_n & ~last_next) | ~valid_next))),
+                     data_reg.eq(not_empty_n)]

@@ -4,12 +4,11 @@ A compute unit evaluates its function between its input handshake and its
 output register. Where that logic is too deep for the clock (a matmul's
 multipliers and adder tree, SiLU's multiplier and shifter), the function's
 builder marks *cut points*: :meth:`Pipe.cut` puts a register on every value
-crossing it. The registers load on every clock (``en`` None: the pipeline
-never stops, the unit takes a token only while the buffer behind the pipeline
-has room for everything in flight, :class:`~step_hdl.units.stream.HeadQueue`)
-or all together when ``en`` is high, so tokens keep their order and the unit
-keeps II 1; a valid bit per stage (:meth:`Pipe.delay`) says which stages hold
-a token. The unit's latency grows by the number of stages
+crossing it. All the registers of a unit's pipeline load together when the
+pipeline advances (``en``: the unit's output, or the stage behind the
+pipeline, can take a token), so tokens keep their order and the unit keeps
+II 1; a valid bit per stage (:meth:`Pipe.delay`) says which stages hold a
+token. The unit's latency grows by the number of stages
 (:attr:`Pipe.depth`).
 
 A builder calls :meth:`cut` at most ``depth`` times, in data-flow order; cuts
@@ -40,8 +39,7 @@ class Pipe:
     m : Module or None
         Where the registers go (None only with ``depth`` 0).
     en : Value or None
-        The pipeline's advance: every register loads in a cycle where it is high (None: on every clock,
-        with no clock enable, the DSP blocks' included).
+        The pipeline's advance: every register loads in a cycle where it is high.
     depth : int
         Stages (0: no register, every cut is the identity).
     prefix : str
@@ -67,11 +65,8 @@ class Pipe:
         for k, v in enumerate(values):
             v = Value.cast(v)
             r = Signal(v.shape(), name=f"{self.prefix}{name}{stage}_{k}")
-            if self.en is None:
+            with self.m.If(self.en):
                 self.m.d.sync += r.eq(v)
-            else:
-                with self.m.If(self.en):
-                    self.m.d.sync += r.eq(v)
             out.append(r)
         return out
 
@@ -93,7 +88,7 @@ class Pipe:
         # the blocks load where the builder's registers would: with ``en``, under the conditions the builder
         # is in (a unit's function is built inside the case of its selector)
         ce = Signal(name=f"{self.prefix}{name}_ce")
-        self.m.d.comb += ce.eq(1 if self.en is None else self.en)
+        self.m.d.comb += ce.eq(self.en)
         out = give(self.m, [(Value.cast(a), Value.cast(b)) for a, b in pairs], ce, f"{self.prefix}{name}")
         if out is not None:
             self.used += 2

@@ -8,8 +8,8 @@ the transfer; ``ready`` may depend on ``valid``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Shape, Signal, unsigned
-from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.hdl import Const, Module, Shape, Signal
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .params import ParamError
@@ -50,62 +50,6 @@ class Queue(wiring.Component):
             self.o.payload.eq(q.r_data), self.o.valid.eq(q.r_rdy), q.r_en.eq(self.o.ready),
         ]
         return m
-
-
-class HeadQueue(wiring.Component):
-    """A FIFO of ``depth`` tokens (>= 2) whose oldest token waits in a register: ``o.payload`` is a
-    flip-flop, the ``depth - 1`` tokens behind it are in a memory (LUT RAM on an FPGA).
-
-    Latency 1, II 1: a token taken while nothing waits in the memory goes straight to the output register
-    (a :class:`ForwardSlice`'s timing); behind a waiting one it is written to the memory, and the output
-    register reloads from the memory's head when it is free. ``i.ready`` is a register (the queue is not
-    full); ``o.valid`` and ``o.payload`` are registers. Combinational: the output register's and the
-    memory's enables from ``o.ready`` (a few flip-flops' worth of logic, the memory's read address a
-    register). Behind a pipeline that never stops it takes what is in flight (the unit's credits,
-    :mod:`step_hdl.units.compute`), so no wide register waits on ``o.ready`` but the output's.
-    """
-
-    def __init__(self, shape, depth: int):
-        _check_depth(self, depth)
-        if depth < 2:
-            _reject(self, f"HeadQueue: depth must be >= 2 (one register and a memory), got {depth}")
-        self.shape, self.depth = shape, depth
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
-
-    def elaborate(self, platform):
-        m = Module()
-        n = self.depth - 1
-        width = Shape.cast(self.shape).width
-        m.submodules.mem = mem = memory.Memory(shape=unsigned(width), depth=n, init=[])
-        wr, rd = mem.write_port(), mem.read_port(domain="comb")
-        wptr, rptr = Signal(range(n), name="wptr"), Signal(range(n), name="rptr")
-        held = Signal(range(n + 1), name="held")        # tokens in the memory
-        full = Signal(name="full")
-        i, o = self.i, self.o
-        push = i.valid & i.ready
-        head_free = ~o.valid | o.ready
-        from_mem = head_free & (held != 0)
-        bypass = head_free & (held == 0)
-        store = push & ~bypass
-        m.d.comb += [i.ready.eq(~full), rd.addr.eq(rptr), wr.addr.eq(wptr), wr.data.eq(i.payload),
-                     wr.en.eq(store)]
-        with m.If(from_mem):
-            m.d.sync += [o.payload.eq(rd.data), o.valid.eq(1), rptr.eq(_wrap_inc(rptr, n))]
-        with m.Elif(head_free):
-            m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
-        with m.If(store):
-            m.d.sync += wptr.eq(_wrap_inc(wptr, n))
-        held_next = Signal.like(held)
-        valid_next = Signal()
-        m.d.comb += [held_next.eq(held + store - from_mem),
-                     valid_next.eq(Mux(head_free, from_mem | i.valid, 1))]
-        m.d.sync += [held.eq(held_next), full.eq((held_next == n) & valid_next)]
-        return m
-
-
-def _wrap_inc(ptr, n: int):
-    """``ptr + 1`` modulo ``n``."""
-    return Mux(ptr == n - 1, 0, ptr + 1)
 
 
 class ForwardSlice(wiring.Component):

@@ -12,7 +12,7 @@ from step_hdl.token import DONE, data, stop
 from step_hdl.units.layout import TokenFormat, tile_format
 from step_hdl.units.merger import StopMerger
 from step_hdl.units.params import ParamError
-from step_hdl.units.stream import BackwardSlice, Broadcast, ForwardSlice, FullSlice, HeadQueue, Queue
+from step_hdl.units.stream import BackwardSlice, Broadcast, ForwardSlice, FullSlice, Queue
 
 FMT = TokenFormat(tile_format("int16", 2, 2), 3)
 DONE_BIT = FMT.done_bit
@@ -31,9 +31,8 @@ def tokens(n=40):
 
 @pytest.mark.parametrize("make", [lambda: Queue(FMT.layout, 1), lambda: Queue(FMT.layout, 4),
                                   lambda: ForwardSlice(FMT.layout), lambda: BackwardSlice(FMT.layout),
-                                  lambda: FullSlice(FMT.layout), lambda: HeadQueue(FMT.layout, 2),
-                                  lambda: HeadQueue(FMT.layout, 5)],
-                         ids=["queue1", "queue4", "forward", "backward", "full", "headqueue2", "headqueue5"])
+                                  lambda: FullSlice(FMT.layout)],
+                         ids=["queue1", "queue4", "forward", "backward", "full"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pass_through_units(sim_backend, make, seed):
     toks = tokens()
@@ -52,46 +51,6 @@ def test_queue_moves_one_token_per_cycle(depth):
     assert cycles <= len(toks) + 4, (cycles, len(toks))
 
 
-@pytest.mark.parametrize("depth", [2, 3, 5])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_head_queue_is_a_queue_cycle_for_cycle(depth, seed):
-    """A :class:`HeadQueue` (its head a register) and a :class:`Queue` of the same depth, fed the same tokens
-    and the same random stalls on both sides, show the same ``i.ready``, ``o.valid`` and head in every
-    cycle."""
-    from amaranth.hdl import Module
-    from amaranth.sim import Simulator
-
-    m = Module()
-    m.submodules.a = a = Queue(16, depth)
-    m.submodules.b = b = HeadQueue(16, depth)
-    rng = random.Random(seed * 31 + depth)
-    seen = []
-
-    async def bench(ctx):
-        value, valid = 0, 0
-        for _ in range(400):
-            if not valid and rng.random() < 0.7:
-                value, valid = rng.randrange(1 << 16), 1
-            ready = int(rng.random() < 0.5)
-            for q in (a, b):
-                ctx.set(q.i.valid, valid)
-                ctx.set(q.i.payload, value)
-                ctx.set(q.o.ready, ready)
-            got = [(ctx.get(q.i.ready), ctx.get(q.o.valid), ctx.get(q.o.payload) if ctx.get(q.o.valid) else None)
-                   for q in (a, b)]
-            assert got[0] == got[1], got
-            seen.append(got[0])
-            if valid and got[0][0]:
-                valid = 0
-            await ctx.tick()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-    # the scenario filled the queue and drained it
-    assert any(not r for r, _, _ in seen) and sum(v for _, v, _ in seen) > 100
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_broadcast_independent_ready(sim_backend, seed):
     toks = tokens()
@@ -105,10 +64,6 @@ def test_broadcast_independent_ready(sim_backend, seed):
 def test_bad_plumbing_parameters():
     with pytest.raises(ParamError, match="Queue: depth must be an integer >= 1, got 0"):
         Queue(8, 0)
-    with pytest.raises(ParamError, match="HeadQueue: depth must be >= 2 \\(one register and a memory\\), got 1"):
-        HeadQueue(8, 1)
-    with pytest.raises(ParamError, match="HeadQueue: depth must be an integer >= 1, got 0"):
-        HeadQueue(8, 0)
     with pytest.raises(ParamError, match="Broadcast: n must be an integer >= 1"):
         Broadcast(8, 0)
 
