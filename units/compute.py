@@ -739,7 +739,8 @@ class Accum(_Reduce):
     from the writes of either, the accumulating side's read address is formed
     without ``i.ready`` (a token not taken, a block end or done, uses no word),
     and the output tile is chosen by registers and loaded whenever the output
-    register is free. Combinational: ``i.ready`` from ``o.ready`` (for a block
+    register is free. (In both builds a data token's and an inner stop's writes
+    follow ``i.valid``: such a token is always taken.) Combinational: ``i.ready`` from ``o.ready`` (for a block
     end while the emitter sends its last token, and for done); the emitter's
     read address from ``o.ready``. Resources: the state and element tiles'
     registers (two tiles of flip-flops) and ``P`` flags twice more.
@@ -952,27 +953,29 @@ class Accum(_Reduce):
             block_end = ~done & (k != 0) & (k >= keep_b)
             # done needs the output; a block end needs the other bank free (its emission over by this cycle)
             m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free, ~block_end | ~emitting | last))
-            with m.If(i.valid & i.ready):
-                with m.If(done):
+            # a data token or an inner stop is taken whenever it is there (``i.ready`` is 1 for it): its writes
+            # follow ``i.valid`` and the token, not the handshake, which depends on the output and the emitter
+            with m.If(i.valid & done):
+                with m.If(i.ready):
                     put(0, 0, 1)
                     m.d.sync += first.eq(1)
                     m.d.comb += idx_next.eq(0)
-                with m.Elif(is_data):
-                    m.d.comb += [wen.eq(room), wstop.eq(0), tw_en.eq(room & first)]
-                    with m.If(room):
-                        m.d.comb += idx_next.eq(idx + 1)
-                with m.Elif(k < keep):            # an inner stop: recorded after the last position
-                    with m.If(first & (idx != 0)):
-                        m.d.comb += [tw_addr.eq(idx - 1), wstop.eq(k), tw_en.eq(1)]
-                with m.Else():                    # a chunk end
-                    m.d.sync += first.eq(0)
-                    m.d.comb += idx_next.eq(0)
-                    with m.If(first):
-                        m.d.sync += npos.eq(idx)
-                    with m.If(block_end):         # hand the bank to the emitter (its index is back at 0)
-                        m.d.sync += [emitting.eq(1), enpos.eq(enpos_new), fstop.eq(k - b), after.eq(0),
-                                     acc.eq(~acc), first.eq(1)]
-                        m.d.comb += handoff.eq(1)
+            with m.Elif(i.valid & is_data):
+                m.d.comb += [wen.eq(room), wstop.eq(0), tw_en.eq(room & first)]
+                with m.If(room):
+                    m.d.comb += idx_next.eq(idx + 1)
+            with m.Elif(i.valid & (k < keep)):    # an inner stop: recorded after the last position
+                with m.If(first & (idx != 0)):
+                    m.d.comb += [tw_addr.eq(idx - 1), wstop.eq(k), tw_en.eq(1)]
+            with m.Elif(i.valid & i.ready):       # a chunk end
+                m.d.sync += first.eq(0)
+                m.d.comb += idx_next.eq(0)
+                with m.If(first):
+                    m.d.sync += npos.eq(idx)
+                with m.If(block_end):         # hand the bank to the emitter (its index is back at 0)
+                    m.d.sync += [emitting.eq(1), enpos.eq(enpos_new), fstop.eq(k - b), after.eq(0),
+                                 acc.eq(~acc), first.eq(1)]
+                    m.d.comb += handoff.eq(1)
 
         if p.pipeline:      # keep > 0 only (configure): a fabric builds positions for a node with keep
             kept()
