@@ -352,23 +352,44 @@ def fabric_unit_builds(prep) -> list:
     return out
 
 
-def run_fabric_units(workdir=None) -> list:
+def run_fabric_units(workdir=None, only=None) -> list:
     """One row per distinct unit build of the pipelined SwiGLU acceptance fabric (``SWIGLU`` at 4x4 int8),
     each placed and routed out of context on ECP5 as the unit table's are: the builds the fabric has (its
     buffers' affine reads, its loads' 64 credits and five dimensions, rank 4), which the unit table's rows
-    are not."""
+    are not. ``only``: instance names (``accum_down``); just the builds they use (a
+    :class:`CharacterizeError` names an instance the fabric does not have, before any synthesis)."""
     import argparse
     import dataclasses
     from step_hdl.mapper.prepare import prepare, shared_fabric
     from step_hdl.workloads.registry import build
     w = build("swiglu", argparse.Namespace(**SWIGLU, dtype="int8"))     # as step-hdl synth ... --pipeline
     prep = prepare(w, dataclasses.replace(shared_fabric([w], 4), pipeline=True))
+    builds = fabric_unit_builds(prep)
+    if only is not None:
+        known = sorted(n for names, *_ in builds for n in names)
+        bad = [n for n in only if n not in known]
+        if bad:
+            for *_, u in builds:
+                u._MustUse__silence = True
+            raise CharacterizeError(f"--only: no instance {', '.join(map(repr, bad))} in the SwiGLU fabric; its "
+                                    f"instances: {', '.join(known)}")
     rows = []
-    for names, cls, params, u in fabric_unit_builds(prep):
+    for names, cls, params, u in builds:
+        if only is not None and not set(names) & set(only):
+            u._MustUse__silence = True
+            continue
         r = _synth(u, _safe(names[0]), workdir, place=True)
         rows.append({"instances": names, "unit": cls, "params": params, **_row_of(r)})
         _say(f"{', '.join(names)[:40]:40s} {cls:20s} fmax {r.fmax_mhz or 0:6.1f} MHz")
     return rows
+
+
+def merge_fabric_rows(rows, path) -> list:
+    """``rows`` in place of the rows of the same instances in the fabric's unit report at ``path``, in its
+    order (a build the report does not have is added at the end)."""
+    new = {tuple(r["instances"]): r for r in rows}
+    saved = json.loads(Path(path).read_text())["units"]
+    return [new.pop(tuple(r["instances"]), r) for r in saved] + list(new.values())
 
 
 def write_fabric_units(rows, path=HERE / "fabric_unit_report.json", doc=DOCS / "fpga-units.md") -> None:
@@ -800,7 +821,8 @@ def main(argv=None) -> int:
                     help="--units on this FPGA (gw2a-18: its own section of docs/fpga-units.md)")
     ap.add_argument("--only", nargs="+", metavar="UNIT", default=None,
                     help="--units: run just these units (names as in the table, e.g. 'LinearOffChipLoad "
-                         "pipelined') and put their rows in place of theirs in the saved report")
+                         "pipelined'); --fabric-units: just the builds these instances use (e.g. accum_down); "
+                         "their rows replace theirs in the saved report")
     ap.add_argument("--fabric", action="store_true", help="SwiGLU fabric vs the estimate")
     ap.add_argument("--fabric-units", action="store_true",
                     help="every distinct unit build of the pipelined SwiGLU fabric, out of context "
@@ -822,6 +844,10 @@ def main(argv=None) -> int:
     if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats
             or args.fabric_units):
         args.sweep = args.units = args.calibrate = args.fabric = True
+    if args.only and args.units and args.fabric_units:
+        print("characterize: error: --only names units of the table (--units) or instances of the fabric "
+              "(--fabric-units), not both: give one of them", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     if args.sweep:
         write_cost_table(run_sweep(args.tiles, args.dtypes, args.workdir, args.checkpoint))
@@ -848,7 +874,14 @@ def main(argv=None) -> int:
         write_fabric(check)
         _say(json.dumps({k: check[k] for k in ("synthesized", "estimate")}))
     if args.fabric_units:
-        write_fabric_units(run_fabric_units(args.workdir))
+        try:
+            rows = run_fabric_units(args.workdir, args.only)
+        except CharacterizeError as e:
+            print(f"characterize: error: {e}", file=sys.stderr)
+            return 2
+        if args.only:
+            rows = merge_fabric_rows(rows, HERE / "fabric_unit_report.json")
+        write_fabric_units(rows)
     if args.baseline:
         run_baseline(workdir=args.workdir)
     _say(f"done in {(time.perf_counter() - t0) / 60:.1f} minutes")

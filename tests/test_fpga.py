@@ -372,6 +372,26 @@ def test_a_unit_on_the_second_family(tmp_path):
     assert (tmp_path / "u_pins.cst").read_text().count("IO_LOC") == 5
 
 
+def test_fabric_units_only_names_an_instance_of_the_fabric(tmp_path, capsys):
+    """``characterize --fabric-units --only``: an instance the SwiGLU fabric does not have is a clear error
+    (exit status 2) before any synthesis, as is ``--only`` with both ``--units`` and ``--fabric-units``; the
+    builds run replace the saved report's rows of the same instances, in its order."""
+    from step_hdl.fpga import characterize as ch
+    assert ch.main(["--fabric-units", "--only", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--only: no instance 'nope' in the SwiGLU fabric; its instances: accum_down, " in err
+    assert ch.main(["--units", "--fabric-units", "--only", "accum_down"]) == 2
+    assert "--only names units of the table (--units) or instances of the fabric (--fabric-units), not both" \
+        in capsys.readouterr().err
+    report = tmp_path / "fabric.json"
+    report.write_text(json.dumps({"units": [{"instances": ["a", "b"], "fmax_mhz": 1.0},
+                                            {"instances": ["c"], "fmax_mhz": 2.0}]}))
+    rows = ch.merge_fabric_rows([{"instances": ["c"], "fmax_mhz": 3.0}, {"instances": ["d"], "fmax_mhz": 4.0}],
+                                report)
+    assert rows == [{"instances": ["a", "b"], "fmax_mhz": 1.0}, {"instances": ["c"], "fmax_mhz": 3.0},
+                    {"instances": ["d"], "fmax_mhz": 4.0}]
+
+
 def test_units_only_names_a_table_unit_and_a_matching_report(tmp_path, capsys):
     """``characterize --units --only``: an unknown name, or a saved report from other tools, is a clear error
     (exit status 2), and the rows run are merged into the report in the table's order."""
