@@ -740,9 +740,9 @@ class Accum(_Reduce):
     without ``i.ready`` (a token not taken, a block end or done, uses no word),
     and the output tile is chosen by registers and loaded whenever the output
     register is free. (In both builds a data token's and an inner stop's writes
-    follow ``i.valid``: such a token is always taken.) Combinational: ``i.ready`` from ``o.ready`` (for a block
-    end while the emitter sends its last token, and for done); the emitter's
-    read address from ``o.ready``. Resources: the state and element tiles'
+    follow ``i.valid``: such a token is always taken.) Combinational:
+    ``i.ready`` from ``o.ready`` (for a block end while the emitter sends its
+    last token, and for done); the emitter's read address from ``o.ready``. Resources: the state and element tiles'
     registers (two tiles of flip-flops) and ``P`` flags twice more.
     """
 
