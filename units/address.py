@@ -20,35 +20,10 @@ the unit calls where an element or a closing stop is accepted.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Const, Mux, Signal
-
-
-def _less(k: int):
-    """The decoding of a count register into ``count - k``, a bit wider than the count (negative below
-    ``k``), named ``less{k}`` (the register's name ends so)."""
-    def less(count):
-        return Cat(count, Const(0, 1)).as_signed() - k
-    less.__name__ = f"less{k}"
-    return less
-
-
-def _is_one(count):
-    return count == 1
-
-
-def count_less(m, regs, cfg, names: list) -> list:
-    """:class:`AffineWalk`'s ``count_less`` for count registers ``names`` (innermost first) of a unit's
-    :class:`~step_hdl.units.config.ConfigRegs` ``regs`` written through ``cfg``: ``count - 1`` and
-    ``count - 2`` of each, and whether it is 1, registers decoded from its writes."""
-    out = []
-    for k in (1, 2):
-        row = []
-        for name in names:
-            r = regs.regs[regs.index[name]]
-            row.append(regs.decoded(m, cfg, name, _less(k), (r.init - k) & ((1 << (r.width + 1)) - 1), r.width + 1))
-        out.append(row)
-    out.append([regs.decoded(m, cfg, name, _is_one, int(regs.regs[regs.index[name]].init == 1)) for name in names])
-    return out
 
 
 class AffineWalk:
@@ -73,43 +48,61 @@ class AffineWalk:
         be empty when it is set (the unit checks that its counts are not 0).
     static_counts : bool
         ``counts`` are configuration registers (a change reaches the walk a cycle later, before it
-        starts): whether each step counter is at its last step is then a flag registered with the
-        counter, keeping the comparisons off the next-step logic. False (counts that change while the
-        unit runs, such as a buffer's sizes): the comparisons are combinational.
-    count_less : three lists of Value, optional
-        With ``static_counts``: per dimension ``counts[j] - 1`` and ``counts[j] - 2``, one bit wider than
-        a count (negative below 0), and ``counts[j] == 1``, registers decoded from the counts' writes
-        (``ConfigRegs.decoded``), so the flags compare the counter with a register instead of adding to
-        it first. The step's decisions (:attr:`complete`, :attr:`inc_oh`, :attr:`close_needed`) are then
-        registers as well, formed from the flags' next values; they follow a write of ``n`` or a count a
-        cycle after the expressions do (a unit starts its walk after the writes), and :attr:`checks` pairs
-        each with the expression it stands for (for the tests).
+        starts): each step counter then counts the steps left down to 0, with whether it is at its last
+        step and at the one before as flags registered beside it, keeping the comparisons off the
+        next-step logic. False (counts that change while the unit runs, such as a buffer's sizes): the
+        counters count up and compare with ``counts[j] - 1`` combinationally.
+    static_strides : bool
+        ``strides`` do not change between a :meth:`reset` and the walk's end (the unit resets the walk
+        after a write of a stride): each dimension's next offset is then a register beside its offset.
+    count_flags : three lists of Value, optional
+        With ``static_counts``: per dimension ``counts[j] - 1``, one bit wider than a count (negative below
+        0), ``counts[j] == 1`` and ``counts[j] == 2``, registers decoded from the counts' writes
+        (``ConfigRegs.decoded``; without them the walk forms them from ``counts``). The step's decisions
+        (:attr:`complete`, :attr:`inc_oh`, :attr:`close_needed`) are then registers as well, formed from
+        the flags' next values; they follow a write of ``n`` or a count a cycle after the expressions do
+        (a unit starts its walk after the writes). :attr:`checks` pairs each register of the walk with
+        the expression it stands for (for the tests).
     """
 
     _HOLD, _INC, _ZERO = 0, 1, 2
 
     def __init__(self, m, counts, strides, n, top, idx_shape, acc_shape, name: str, merge=None,
-                 static_counts: bool = False, count_less=None):
+                 static_counts: bool = False, count_flags=None, static_strides: bool = False):
         D = len(counts)
         self.D, self.strides = D, strides
-        self.idx = [Signal(idx_shape, name=f"{name}idx{j}") for j in range(D)]
-        # what each step counter does this cycle (step() and reset() say: hold, count, restart) and, with
-        # static counts, whether it is then at its dimension's last step, registered beside it: each of the
-        # three outcomes is compared from registers, the handshake only selects one
+        # each register beside the expression it stands for (for the tests)
+        self.checks = []
+        # what each step counter does this cycle (step() and reset() say: hold, count, restart)
         self._op = [Signal(range(3), name=f"{name}idx_op{j}") for j in range(D)]
         at_last = [Signal(name=f"{name}at_last{j}") for j in range(D)]
-        for j in range(D):
-            idx, op = self.idx[j], self._op[j]
-            m.d.sync += idx.eq(Mux(op == self._INC, idx + 1, Mux(op == self._ZERO, 0, idx)))
-            if static_counts and count_less is not None:
-                less1, less2, one = count_less[0][j], count_less[1][j], count_less[2][j]
-                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx == less2, Mux(op == self._ZERO, one, idx == less1)))
-            elif static_counts:
-                m.d.sync += at_last[j].eq(Mux(op == self._INC, idx + 2 == counts[j],
-                                              Mux(op == self._ZERO, counts[j] == 1, idx + 1 == counts[j])))
-            else:
+        at_prev = [Signal(name=f"{name}at_prev{j}") for j in range(D)]
+        if static_counts:
+            # each counter counts the steps left down to 0, whether it is at its last step and at the one
+            # before registered beside it: a step takes at_prev into at_last and compares the count with a
+            # constant for at_prev, a restart takes count - 1 and whether the count is 1 or 2; what reads
+            # the flags starts at flip-flops, and the handshake only selects an outcome
+            less1, one, two = count_flags if count_flags is not None else (
+                [c - 1 for c in counts], [c == 1 for c in counts], [c == 2 for c in counts])
+            for j in range(D):
+                rem, op = Signal(idx_shape, name=f"{name}rem{j}"), self._op[j]
+                inc, zero = op == self._INC, op == self._ZERO
+                m.d.sync += [rem.eq(Mux(inc, rem - 1, Mux(zero, less1[j], rem))),
+                             at_last[j].eq(Mux(inc, at_prev[j], Mux(zero, one[j], at_last[j]))),
+                             at_prev[j].eq(Mux(inc, rem == 2, Mux(zero, two[j], at_prev[j])))]
+                self.checks += [(at_last[j], rem == 0), (at_prev[j], rem == 1)]
+        else:
+            for j in range(D):
+                idx, op = Signal(idx_shape, name=f"{name}idx{j}"), self._op[j]
+                m.d.sync += idx.eq(Mux(op == self._INC, idx + 1, Mux(op == self._ZERO, 0, idx)))
                 m.d.comb += at_last[j].eq(idx == counts[j] - 1)
         self.acc = [Signal(acc_shape, name=f"{name}acc{j}") for j in range(D)]
+        # each offset's next step: acc + stride, with static strides a register loaded with acc's new value
+        # plus the stride wherever acc is loaded (step(), reset()), so a step's offset is not an adder's sum
+        self._next = [Signal(acc_shape, name=f"{name}next{j}") for j in range(D)]
+        self._static_strides = static_strides
+        if not static_strides:
+            m.d.comb += [nxt.eq(acc + stride) for nxt, acc, stride in zip(self._next, self.acc, strides)]
         # static (per program) structure: the lowest iterated dim is above the outermost empty one
         # (registered with static counts, like the flags above)
         dom = m.d.sync if static_counts else m.d.comb
@@ -121,33 +114,40 @@ class AffineWalk:
         for j in range(D):
             lo = Mux((n > j) & (counts[j] == 0), j + 1, lo)
         dom += self.lo.eq(lo)
+        # the rest of the structure as flags (registered with static counts, from the registers lo is formed
+        # from, so they are as early as lo): per dimension whether it never steps (at or above n, or at or
+        # below the outermost empty one), whether a close of its level is sent (above lo and merge), and
+        # whether the close of level top is
+        lo_gt = [Cat(*((n > k) & (counts[k] == 0) for k in range(j, D))).any() for j in range(D)]
+        above = (lambda v: (v > lo) & (v > merge)) if merge is not None else (lambda v: v > lo)
+        fixed, sent = Signal(D, name=f"{name}fixed"), Signal(D, name=f"{name}sent")
+        top_sent = Signal(name=f"{name}top_sent")
+        dom += [fixed.eq(Cat(*(lo_gt[j] | (n <= j) for j in range(D)))),
+                sent.eq(Cat(*(above(Const(j)) for j in range(D)))), top_sent.eq(above(top))]
+
         # where the walk is
         def decisions(at):
-            last = [(self.lo > j) | (n <= j) | at[j] for j in range(D)]
+            last = [fixed[j] | at[j] for j in range(D)]
             complete = Cat(*last).all()
             inc_oh = [~last[j] & (Cat(*last[:j]).all() if j else Const(1)) for j in range(D)]
-            # close > lo (and > merge) for close = top, or the stepping dimension j: per j a comparison of
-            # registers with a constant, selected by the one-hot (no encoder in front of a comparison)
-            above = (lambda v: (v > self.lo) & (v > merge)) if merge is not None else (lambda v: v > self.lo)
-            needed = Mux(complete, above(top), Cat(*(inc_oh[j] & above(Const(j)) for j in range(D))).any())
+            # the close of top, or of the stepping dimension j, selected by the one-hot
+            needed = Mux(complete, top_sent, Cat(*(inc_oh[j] & sent[j] for j in range(D))).any())
             return complete, inc_oh, needed
         self.complete, self.inc_oh, self.close_needed = decisions(at_last)
-        self.checks = []
         self._stepping = Signal(name=f"{name}stepping")     # step() / reset() in this cycle
         self._resetting = Signal(name=f"{name}resetting")
-        if static_counts and count_less is not None:
+        if static_counts and count_flags is not None:
             # with the counts' decoded registers (pipelined) the step's decisions are registers too: their
             # next values for each way the walk can go (hold, step, back to the start) formed from registers,
             # the handshake selecting one, so what reads them (the unit's event logic, the walk's enables)
-            # starts at flip-flops. ``checks``: each register beside the expression it stands for
+            # starts at flip-flops
             regs = [Signal(name=f"{name}complete"), Signal(D, name=f"{name}inc_oh"),
                     Signal(name=f"{name}close_needed")]
-            self.checks = [(regs[0], self.complete), (regs[1], Cat(*self.inc_oh)), (regs[2], self.close_needed)]
+            self.checks += [(regs[0], self.complete), (regs[1], Cat(*self.inc_oh)), (regs[2], self.close_needed)]
             below = [Cat(*regs[1][j + 1:]).any() if j + 1 < D else Const(0) for j in range(D)]
             ways = []
-            for at in (count_less[2],
-                       [Mux(below[j], count_less[2][j], Mux(regs[1][j], self.idx[j] == count_less[1][j],
-                                                                 at_last[j])) for j in range(D)],
+            for at in (count_flags[1],
+                       [Mux(below[j], count_flags[1][j], Mux(regs[1][j], at_prev[j], at_last[j])) for j in range(D)],
                        at_last):
                 complete, inc_oh, needed = decisions(at)
                 ways.append(Cat(complete, *inc_oh, needed))
@@ -171,14 +171,15 @@ class AffineWalk:
         """Sync: the next element (the lowest dimension not at its last step counts, the ones below restart
         at the new offset)."""
         m.d.comb += self._stepping.eq(1)
-        for j in range(self.D):
-            with m.If(self.inc_oh[j]):
-                nxt = self.acc[j] + self.strides[j]
-                m.d.comb += self._op[j].eq(self._INC)
-                m.d.sync += self.acc[j].eq(nxt)
-                for i in range(j):
-                    m.d.comb += self._op[i].eq(self._ZERO)
-                    m.d.sync += self.acc[i].eq(nxt)
+        D, inc_oh = self.D, self.inc_oh
+        # each counter's and offset's update from the one-hot's own bit and whether one above it steps, the new
+        # offset an OR of the one-hot's selections: no chain of its cases after the handshake or the adders
+        for j in range(D):
+            below = Cat(*inc_oh[j + 1:]).any() if j + 1 < D else Const(0)
+            m.d.comb += self._op[j].eq(Mux(inc_oh[j], self._INC, Mux(below, self._ZERO, self._HOLD)))
+            with m.If(inc_oh[j] | below):
+                new = functools.reduce(operator.or_, (Mux(inc_oh[k], self._next[k], 0) for k in range(j, D)))
+                self._load(m, j, new)
 
     def advance(self, m, finish, fold=None):
         """Sync updates when the walk's current event (an element, or in phase 1 its closing stop) is accepted;
@@ -198,10 +199,18 @@ class AffineWalk:
             with m.If(self.pend_final):
                 finish()
 
+    def _load(self, m, j, value):
+        """Sync: dimension ``j``'s offset becomes ``value`` (and, with static strides, its next step
+        ``value + strides[j]``)."""
+        m.d.sync += self.acc[j].eq(value)
+        if self._static_strides:
+            m.d.sync += self._next[j].eq(value + self.strides[j])
+
     def reset(self, m, value=0):
         """Sync: back to the first element, at offset ``value``."""
         m.d.comb += self._resetting.eq(1)
-        m.d.sync += [a.eq(value) for a in self.acc]
+        for j in range(self.D):
+            self._load(m, j, value)
         m.d.comb += [op.eq(self._ZERO) for op in self._op]
         self._resets += 1
         if self._restart is not None:
@@ -230,6 +239,6 @@ class AffineWalk:
             m.d.comb += nxt.eq(outcome(self._restart))
         for j in range(D):
             with m.If(self._op[j] == self._INC):
-                m.d.comb += nxt.eq(outcome(self.acc[j] + self.strides[j]))
+                m.d.comb += nxt.eq(outcome(self._next[j]))
         m.d.sync += out.eq(nxt)
         return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream
 
 from .params import ParamError
@@ -91,6 +91,25 @@ class ConfigRegs:
             with m.If(port.valid & (port.payload.addr == k)):
                 m.d.sync += flag.eq(fn(*args))
         return flag
+
+    def count_flags(self, m: Module, port, names: list) -> tuple[list, list, list]:
+        """For count registers ``names``: ``count - 1`` of each (one bit wider, negative for 0), and whether
+        it is 1 and whether it is 2, registers decoded from its writes (:meth:`decoded`): what a counter
+        that counts down from ``count - 1`` restarts with, and its flags for the last step and the one
+        before."""
+        def less1(count):
+            return Cat(count, Const(0, 1)).as_signed() - 1
+
+        def is_one(count):
+            return count == 1
+
+        def is_two(count):
+            return count == 2
+        regs = [self.regs[self.index[n]] for n in names]
+        return ([self.decoded(m, port, n, less1, (r.init - 1) & ((1 << (r.width + 1)) - 1), r.width + 1)
+                 for n, r in zip(names, regs)],
+                [self.decoded(m, port, n, is_one, int(r.init == 1)) for n, r in zip(names, regs)],
+                [self.decoded(m, port, n, is_two, int(r.init == 2)) for n, r in zip(names, regs)])
 
     def image(self, **values) -> list[tuple[int, int]]:
         """The writes that set the named registers (others keep their reset values)."""

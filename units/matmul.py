@@ -121,7 +121,6 @@ class MatMul(Map):
         m = Module()
         p = self.params
         self.regs.elaborate(m, self.cfg)
-        regs = self.regs.signals
         i0, i1, o = self.i0, self.i1, self.o
         out = p.sum_tile
         if p.stages:
@@ -135,9 +134,15 @@ class MatMul(Map):
             tok_valid, tok_stop, tok_done = i0.valid & i1.valid, i0.payload.stop, i0.payload.done
             is_data = ~tok_done & (tok_stop == 0)
 
-        count = Signal(p.k_bits, name="products")       # products summed so far in this output tile
+        # the products still to come before the k-th of this output tile (counting down from k - 1) and,
+        # registered beside it, whether one is left: the k-th pair's flag (``last_pair``) then takes that
+        # flag or, when the tile restarts, whether k is 1, so no comparison is in front of it; k - 1 and
+        # whether k is 1 or 2 are registers decoded from k's write
+        left = Signal(p.k_bits, name="products_left")
+        one_left = Signal(name="one_left")
+        k_less1, k_one, k_two = (v[0] for v in self.regs.count_flags(m, self.cfg, ["k"]))
         state = Signal(o.payload.payload.shape(), name="sum")
-        fresh = Signal(init=1, name="fresh")              # registered: count == 0 (it feeds every sum's adder)
+        fresh = Signal(init=1, name="fresh")    # no product summed yet in this tile (it feeds every sum's adder)
         prev = TileVal.of(out, state)
         zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
         total = Signal(o.payload.payload.shape(), name="total")
@@ -149,7 +154,7 @@ class MatMul(Map):
 
         run_open = Signal()             # a pair was taken since the last stop (or the start)
         empty = ~is_data & ~tok_done & ~run_open     # a stop closing an empty run: a zero tile first
-        # registered: the next pair is the k-th (count == k - 1), kept off the handshake's logic depth
+        # registered: the next pair is the k-th (one_left or k == 1), kept off the handshake's logic depth
         last = Signal(name="last_pair")
         makes_output = ~is_data | last
         free = ~makes_output | ~o.valid | o.ready
@@ -176,15 +181,17 @@ class MatMul(Map):
             m.d.sync += [o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0)]
         with m.If(fire):
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), count.eq(count + 1), fresh.eq(0)]
-                m.d.comb += last_next.eq(count + 2 == regs["k"])
+                m.d.sync += [state.eq(total), left.eq(left - 1), one_left.eq(left == 2), fresh.eq(0)]
+                m.d.comb += last_next.eq(one_left)
             with m.Else():
-                m.d.comb += [last_next.eq(regs["k"] == 1), valid_next.eq(1)]
-                m.d.sync += [count.eq(0), fresh.eq(1), o.payload.stop.eq(tok_stop), o.payload.done.eq(tok_done),
-                             o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
+                m.d.comb += [last_next.eq(k_one), valid_next.eq(1)]
+                m.d.sync += [left.eq(k_less1), one_left.eq(k_two), fresh.eq(1), o.payload.stop.eq(tok_stop),
+                             o.payload.done.eq(tok_done), o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
             m.d.comb += open_next.eq(is_data)
         with m.Elif(fresh):
-            m.d.comb += last_next.eq(regs["k"] == 1)     # (k is programmed before the operands come)
+            # (k is programmed before the operands come)
+            m.d.comb += last_next.eq(k_one)
+            m.d.sync += [left.eq(k_less1), one_left.eq(k_two)]
         if p.stages:
             self._advance(m, advance, o, (tok_valid, tok_done, is_data), before, (valid_next, open_next, last_next))
             # (for the tests: the advance and the expression it stands for, equal in every cycle)

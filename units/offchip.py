@@ -40,7 +40,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .address import AffineWalk, count_less
+from .address import AffineWalk
 from .base import StepUnit
 from .config import Reg
 from .layout import TileFormat, TokenFormat, stop_bits, tile_format
@@ -315,8 +315,8 @@ class LinearOffChipLoad(_MemUnit):
     a :class:`~step_hdl.units.stream.FullSlice` before the tracker; declared
     :attr:`latency` 1; the tracker's order queue then has a registered head, so a
     stop or done event that finds it empty leaves a cycle later, and the walk's
-    last-step flags compare with ``count - 1`` and ``count - 2`` registers decoded
-    from the counts' writes). II 1 per tile while the memory keeps up (see the module
+    step counters restart from ``count - 1`` and whether the count is 1 or 2,
+    registers decoded from the counts' writes). II 1 per tile while the memory keeps up (see the module
     docstring); a block end that merges with a later stop costs one extra cycle.
     Combinational: ``i_ref.ready`` and ``mem.req.valid`` from the generator state,
     ``mem.req.ready`` and ``i_ref.valid`` (with ``pipeline``: ``mem.req.valid`` from
@@ -413,25 +413,22 @@ class LinearOffChipLoad(_MemUnit):
         m.d.comb += top.eq(n_out if p.ref else n_out - 1)
         less = None
         if p.pipeline:
-            # the walk's last-step flags compare with count - 1 and count - 2, registers decoded from the
-            # counts' writes (the adder before the comparison was the pipelined load's critical path)
-            less = count_less(m, self.regs, self.cfg, [f"count{j}" for j in range(D)])
+            # the walk's step counters restart at count - 1 and its flags at whether the count is 1 or 2,
+            # registers decoded from the counts' writes
+            less = self.regs.count_flags(m, self.cfg, [f"count{j}" for j in range(D)])
         w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
-                       static_counts=True, count_less=less)
+                       static_counts=True, count_flags=less)
         eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
-        leaf_skip = w.has_zero & (w.lo > top)  # no ref and the outermost dim is empty: no tokens at all
-        if p.pipeline and not p.ref:
-            # static while the unit runs: a register (from the walk's registered structure, a cycle behind
-            # it, which is still before the run: start is written after the counts and n_out, and RUN begins
-            # the cycle after start is seen), so the event logic and the walk's enables do not start at n_out
-            skip_r = Signal(name="leaf_skip")
-            m.d.sync += skip_r.eq(leaf_skip)
-            leaf_skip = skip_r
+        # no ref and the outermost dim is empty: no tokens at all (never with a ref: lo <= n_out = top)
+        leaf_skip = w.has_zero & (w.lo > top)
 
         # ---- state
         IDLE, RUN, FIN = 0, 1, 2
         state = Signal(2)
         blk_done = Signal()                     # no-ref: the one block is finished
+        # no-ref: the walk's events are being sent (RUN, the block not finished and not empty), one flag, so the
+        # walk's enables and the event logic read it instead of the state, blk_done and whether the walk is empty
+        walking = Signal()
 
         events = tr.ev
         if p.pipeline:
@@ -478,9 +475,7 @@ class LinearOffChipLoad(_MemUnit):
 
         def block_events():
             with m.If(w.phase == 0):
-                with m.If(leaf_skip):
-                    pass
-                with m.Elif(w.has_zero):
+                with m.If(w.has_zero):
                     m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.lo),
                                  ev.eager.eq(eager_mode & w.complete & ~w.close_needed)]
                 with m.Else():
@@ -501,6 +496,10 @@ class LinearOffChipLoad(_MemUnit):
             with m.Case(IDLE):
                 with m.If(R["start"]):
                     m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0), covered.eq(0)]
+                    if not p.ref:
+                        # the walk's empty-dimension registers follow the counts a cycle after their writes,
+                        # and start is written after them and seen a cycle later
+                        m.d.sync += walking.eq(~leaf_skip)
                     m.d.comb += run_op.eq(ZERO)
                     w.reset(m, R["base"])
                     m.d.sync += [a.eq(R["base"]) for a in racc]
@@ -536,18 +535,20 @@ class LinearOffChipLoad(_MemUnit):
                         m.d.comb += [ev_valid.eq(1), ev.done.eq(1)]
                         with m.If(accept):
                             m.d.sync += state.eq(FIN)
-                    with m.Else():
-                        block_events()
-
-                        def finish_once():
-                            m.d.sync += blk_done.eq(1)
-                        with m.If(leaf_skip):
-                            finish_once()
-                        with m.Elif(accept):
-                            w.advance(m, finish_once)
+                    with m.Elif(~walking):
+                        m.d.sync += blk_done.eq(1)      # the empty block: nothing to send
             with m.Case(FIN):
                 with m.If(~R["start"]):
                     m.d.sync += state.eq(IDLE)
+        if not p.ref:
+            # outside the state's cases: walking is only set in RUN
+            with m.If(walking):
+                block_events()
+
+                def finish_once():
+                    m.d.sync += [walking.eq(0), blk_done.eq(1)]
+                with m.If(accept):
+                    w.advance(m, finish_once)
         return m
 
 

@@ -14,7 +14,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import Out
 
-from .address import AffineWalk, count_less
+from .address import AffineWalk
 from .base import StepUnit
 from .config import Reg
 from .layout import TokenFormat, stop_bits, tile_format
@@ -443,11 +443,12 @@ class OnChipBuffer(StepUnit):
                 counts[:2] = [Mux(tr, rows_r, counts[0]), Mux(tr, cols_r, counts[1])]
                 strides[:2] = [Mux(tr, cols_r, strides[0]), Mux(tr, 1, strides[1])]
             # pipelined, a buffer whose read counts are its registers (not transposed: then the chunk's sizes)
-            # registers its walk's last-step flags, from count - 1 and count - 2 decoded from the writes
+            # registers its walk's last-step flags, from count - 1 and whether it is 1 or 2, decoded from the
+            # writes
             static = p.out_reg and not p.transpose
             g = AffineWalk(m, counts, strides, R["n_read"], R["n_read"], 16, signed(24), "g",
-                           merge=merge if Dr >= 2 else None, static_counts=static,
-                           count_less=count_less(m, self.regs, self.cfg, [f"rcount{j}" for j in range(Dr)])
+                           merge=merge if Dr >= 2 else None, static_counts=static, static_strides=static,
+                           count_flags=self.regs.count_flags(m, self.cfg, [f"rcount{j}" for j in range(Dr)])
                            if static else None)
             # whether the entry the walk is at is written yet (registered: from the write index and what the
             # writer does with it this cycle)
@@ -496,7 +497,14 @@ class OnChipBuffer(StepUnit):
         early = Signal()
         if Dr:
             streamable = affine & ~R["transpose"] if p.transpose else affine
-            m.d.comb += early.eq(~rfull & (rb == wb) & (widx != 0) & streamable)
+            # whether the bank being written has an entry yet: a register beside widx, so the reader's
+            # handshake does not start at widx's comparison
+            written_any = Signal()
+            with m.If(took & is_entry & (widx < depth)):
+                m.d.sync += written_any.eq(1)
+            with m.Elif(took & (is_close | tok.done)):
+                m.d.sync += written_any.eq(0)
+            m.d.comb += early.eq(~rfull & (rb == wb) & written_any & streamable)
         with m.If(rfull | early):
             with m.If(rfull & rdone):
                 if p.ref:   # the ref ends too: skip its trailing stops, take its done with ours
@@ -549,7 +557,9 @@ class OnChipBuffer(StepUnit):
                         with m.If(advance):
                             g.advance(m, end_of_reading, fold)
             with m.Elif(rstate == ENTRIES):
-                with m.If(ridx < rlen):
+                # ridx never passes rlen (it counts up only below it, and a full bank's length holds while it
+                # is read): an equality, no carry chain in front of the reader's handshake
+                with m.If(ridx != rlen):
                     m.d.comb += [s1_valid.eq(1), s1_entry.eq(1)]
                     with m.If(advance):
                         m.d.sync += ridx.eq(ridx + 1)
@@ -567,6 +577,16 @@ class OnChipBuffer(StepUnit):
                 m.d.comb += [s1_valid.eq(1), s1_level.eq(rclose - b + inner + mid)]
                 with m.If(advance):
                     free_bank()
+
+        if Dr and static:
+            # the walk's step counters count down from count - 1: a cycle after a configuration write (its
+            # decoded registers are then written) the walk goes back to its start, before any entry is there
+            # to read
+            cfg_seen = Signal()
+            m.d.sync += cfg_seen.eq(self.cfg.valid)
+            with m.If(cfg_seen):
+                g.reset(m)
+                m.d.sync += g.phase.eq(0)
 
         # ---- reader, stage 2: output register (SRAM data arrives here)
         with m.If(advance):
