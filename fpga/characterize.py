@@ -854,13 +854,21 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", default=None,
                     help="--sweep, --floats: save progress here after every unit, resume from it")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except CharacterizeError as e:
+        print(f"characterize: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    """What :func:`main`'s arguments ask for; a request it cannot carry out raises :class:`CharacterizeError`."""
     if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats
             or args.fabric_units):
         args.sweep = args.units = args.calibrate = args.fabric = True
     if args.only and args.units and args.fabric_units:
-        print("characterize: error: --only names units of the table (--units) or instances of the fabric "
-              "(--fabric-units), not both: give one of them", file=sys.stderr)
-        return 2
+        raise CharacterizeError("--only names units of the table (--units) or instances of the fabric "
+                                "(--fabric-units), not both: give one of them")
     t0 = time.perf_counter()
     if args.sweep:
         write_cost_table(run_sweep(args.tiles, args.dtypes, args.workdir, args.checkpoint))
@@ -868,11 +876,7 @@ def main(argv=None) -> int:
         gowin = args.target == "gw2a-18"
         report = HERE / ("unit_report_gw2a-18.json" if gowin else "unit_report.json")
         if args.only:
-            try:
-                check_only(args.only, report, target=args.target)
-            except CharacterizeError as e:
-                print(f"characterize: error: {e}", file=sys.stderr)
-                return 2
+            check_only(args.only, report, target=args.target)
         rows = run_units(workdir=args.workdir, target=args.target, only=args.only)
         if args.only:
             rows = merge_rows(rows, report)
@@ -887,11 +891,7 @@ def main(argv=None) -> int:
         write_fabric(check)
         _say(json.dumps({k: check[k] for k in ("synthesized", "estimate")}))
     if args.fabric_units:
-        try:
-            rows = run_fabric_units(args.workdir, args.only)
-        except CharacterizeError as e:
-            print(f"characterize: error: {e}", file=sys.stderr)
-            return 2
+        rows = run_fabric_units(args.workdir, args.only)
         if args.only:
             rows = merge_fabric_rows(rows, HERE / "fabric_unit_report.json")
         write_fabric_units(rows)
