@@ -74,8 +74,7 @@ class BackwardSlice(wiring.Component):
     """Skid buffer that cuts the ready path.
 
     Latency 0, II 1. ``i.ready`` is a register; ``o.valid``/``o.payload`` are
-    combinational in ``i.valid``/``i.payload`` while the skid register is empty. The empty skid register
-    loads the input's payload every cycle, so only its full flag follows ``o.ready``.
+    combinational in ``i.valid``/``i.payload`` while the skid register is empty.
     """
 
     def __init__(self, shape):
@@ -93,11 +92,8 @@ class BackwardSlice(wiring.Component):
                 m.d.sync += full.eq(0)
         with m.Else():
             m.d.comb += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
-            # the empty skid copies the input every cycle: only ``full`` waits for o.ready, not the
-            # payload's flip-flops (their enable is ~full)
-            m.d.sync += skid.eq(self.i.payload)
             with m.If(self.i.valid & ~self.o.ready):
-                m.d.sync += full.eq(1)
+                m.d.sync += [full.eq(1), skid.eq(self.i.payload)]
         return m
 
 
