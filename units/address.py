@@ -26,6 +26,12 @@ import operator
 from amaranth.hdl import Cat, Const, Mux, Signal
 
 
+def _stepping_above(inc_oh) -> list:
+    """Per dimension, whether a dimension above it steps (its bits of the step's one-hot ``inc_oh`` above it):
+    then it restarts."""
+    return [Cat(*inc_oh[j + 1:]).any() if j + 1 < len(inc_oh) else Const(0) for j in range(len(inc_oh))]
+
+
 class AffineWalk:
     """State and next-step logic of one affine walk (see the module docstring).
 
@@ -144,7 +150,7 @@ class AffineWalk:
             regs = [Signal(name=f"{name}complete"), Signal(D, name=f"{name}inc_oh"),
                     Signal(name=f"{name}close_needed")]
             self.checks += [(regs[0], self.complete), (regs[1], Cat(*self.inc_oh)), (regs[2], self.close_needed)]
-            below = [Cat(*regs[1][j + 1:]).any() if j + 1 < D else Const(0) for j in range(D)]
+            below = _stepping_above(list(regs[1]))
             ways = []
             for at in (count_flags[1],
                        [Mux(below[j], count_flags[1][j], Mux(regs[1][j], at_prev[j], at_last[j])) for j in range(D)],
@@ -174,8 +180,7 @@ class AffineWalk:
         D, inc_oh = self.D, self.inc_oh
         # each counter's and offset's update from the one-hot's own bit and whether one above it steps, the new
         # offset an OR of the one-hot's selections: no chain of its cases after the handshake or the adders
-        for j in range(D):
-            below = Cat(*inc_oh[j + 1:]).any() if j + 1 < D else Const(0)
+        for j, below in enumerate(_stepping_above(inc_oh)):
             m.d.comb += self._op[j].eq(Mux(inc_oh[j], self._INC, Mux(below, self._ZERO, self._HOLD)))
             with m.If(inc_oh[j] | below):
                 new = functools.reduce(operator.or_, (Mux(inc_oh[k], self._next[k], 0) for k in range(j, D)))
