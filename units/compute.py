@@ -240,7 +240,7 @@ class Map(StepUnit):
     tile pair (the operands are held and the earlier row groups kept in an
     ``M·N`` int32 register), latency ``M/g``. Every other function: II 1.
     ``params.multipliers`` counts a build's multipliers. With ``params.pipeline`` the
-    deep functions (integer matmul, SiLU, exp) are cut into ``params.stages`` stages
+    deep functions (integer matmul, mul, SiLU, exp) are cut into ``params.stages`` stages
     (:mod:`step_hdl.units.pipeline`), all moving when the output register is free.
 
     Registers: ``fn`` (index into ``params.fns``) and the functions' own

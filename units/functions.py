@@ -249,6 +249,24 @@ class Mul(_Elementwise):
     def multipliers(self, a, b):
         return int(self.out_tile(a, b, None).rows * self.out_tile(a, b, None).cols)
 
+    def stages(self, a):
+        # integers: the operands and the products registered (on an FPGA the multiplier blocks' own registers),
+        # so the operands' route from the input FIFO and the products' route to the output register are each
+        # a path of their own; the wrap to 32 bits is in front of the output register
+        return 2 if a.dtype.is_int else 0
+
+    def build(self, m, a, b, out, regs, pipe=NO_PIPE):
+        if not out.dtype.is_int or not pipe.depth:
+            return super().build(m, a, b, out, regs)
+        cells = [(r, c) for r in range(int(out.rows)) for c in range(int(out.cols))]
+        prods = pipe.products([(a.at(r, c), b.at(r, c)) for r, c in cells], "mul")
+        if prods is None:
+            # each operand element is registered once (a broadcast side feeds several products)
+            ops = pipe.cut(a.elems + b.elems, "mul_op")
+            ra, rb = TileVal(a.tile, ops[:len(a.elems)]), TileVal(b.tile, ops[len(a.elems):])
+            prods = pipe.cut([_wrapped(ra.at(r, c) * rb.at(r, c)) for r, c in cells], "mul_prod")
+        return [wrap32(v) for v in prods]
+
 
 class Max(_Elementwise):
     name = "max"

@@ -5,7 +5,7 @@ each output tile's ``k`` products. As three units (:class:`~step_hdl.units.compu
 :class:`~step_hdl.units.shape.Reshape`, :class:`~step_hdl.units.compute.Accum`)
 the reduction is closed by a stop token after every ``k`` products, and a stop
 is a transfer of its own: the multipliers idle one cycle in ``k + 1``. Here
-the unit keeps the running sum in a register and counts the products itself
+the unit keeps the running sum in its output register and counts the products itself
 (register ``k``), so its operand streams need no stop between output tiles
 (the on-chip buffers that re-read the operands fuse the matching Flatten,
 :class:`~step_hdl.units.onchip.OnChipBuffer` register ``merge``) and it
@@ -85,8 +85,9 @@ class MatMul(Map):
     Latency ``1 + params.stages`` from the ``k``-th pair to its output tile: integer operands pass the
     matmul's four pipeline stages (operands, products, the adder tree's first half, tile sums;
     ``units.pipeline``) before the sum (``M/g`` for a folded matmul, which has no stages). II 1 per input
-    token (pair or stop); only a token that makes an output (the ``k``-th pair, a stop, done) waits for the
-    output register, and the pipeline moves while its last stage is empty or taken. Combinational:
+    token (pair or stop) while the output is taken: the running sum is the output register's tile, so every
+    token waits while a finished tile there is not taken (no second bank of ``M·N`` int32 registers), and
+    the pipeline moves while its last stage is empty or taken. Combinational:
     ``i0.ready``/``i1.ready`` from the other input's valid and ``o.ready`` (through the stages' advance,
     itself one gate from two registers and ``o.ready``; unpipelined also ``i0``'s stop level and the
     product counter); data and valid are registered.
@@ -141,9 +142,10 @@ class MatMul(Map):
         left = Signal(p.k_bits, name="products_left")
         one_left = Signal(name="one_left")
         k_less1, k_one, k_two = (v[0] for v in self.regs.count_flags(m, self.cfg, ["k"]))
-        state = Signal(o.payload.payload.shape(), name="sum")
-        fresh = Signal(init=1, name="fresh")    # no product summed yet in this tile (it feeds every sum's adder)
-        prev = TileVal.of(out, state)
+        # the running sum is the output register's tile: ``fresh`` (no product summed yet in this tile) says
+        # it holds a finished tile or nothing; it feeds every sum's adder
+        fresh = Signal(init=1, name="fresh")
+        prev = TileVal.of(out, o.payload.payload)
         zero_or_prev = TileVal(out, [Mux(fresh, 0, e) for e in prev.elems])
         total = Signal(o.payload.payload.shape(), name="total")
         update = "add_groups" if p.matmul_groups else "add"
@@ -156,8 +158,9 @@ class MatMul(Map):
         empty = ~is_data & ~tok_done & ~run_open     # a stop closing an empty run: a zero tile first
         # registered: the next pair is the k-th (one_left or k == 1), kept off the handshake's logic depth
         last = Signal(name="last_pair")
-        makes_output = ~is_data | last
-        free = ~makes_output | ~o.valid | o.ready
+        # every token writes the output register (a pair its running sum), so it waits for a finished tile
+        # there to be taken
+        free = ~o.valid | o.ready
         if phase is not None:
             # a folded matmul holds its operands for its passes; the sum takes the finished product
             folding = is_data & (phase != p.matmul_passes - 1)
@@ -172,7 +175,7 @@ class MatMul(Map):
             with m.If(fire):
                 m.d.sync += phase.eq(0)
         # the next values of the output's valid, run_open and last_pair (the pipelined unit's advance is
-        # formed from them, below)
+        # formed from the first two, below)
         valid_next, open_next, last_next = Signal(), Signal(), Signal()
         m.d.comb += [valid_next.eq(o.valid & ~o.ready), open_next.eq(run_open), last_next.eq(last)]
         m.d.sync += [o.valid.eq(valid_next), run_open.eq(open_next), last.eq(last_next)]
@@ -180,20 +183,21 @@ class MatMul(Map):
             m.d.comb += [valid_next.eq(1), open_next.eq(1)]
             m.d.sync += [o.payload.stop.eq(0), o.payload.done.eq(0), o.payload.payload.eq(0)]
         with m.If(fire):
+            m.d.sync += o.payload.payload.eq(Mux(is_data, total.as_value(), 0))
             with m.If(is_data & ~last):
-                m.d.sync += [state.eq(total), left.eq(left - 1), one_left.eq(left == 2), fresh.eq(0)]
+                m.d.sync += [left.eq(left - 1), one_left.eq(left == 2), fresh.eq(0)]
                 m.d.comb += last_next.eq(one_left)
             with m.Else():
                 m.d.comb += [last_next.eq(k_one), valid_next.eq(1)]
                 m.d.sync += [left.eq(k_less1), one_left.eq(k_two), fresh.eq(1), o.payload.stop.eq(tok_stop),
-                             o.payload.done.eq(tok_done), o.payload.payload.eq(Mux(is_data, total.as_value(), 0))]
+                             o.payload.done.eq(tok_done)]
             m.d.comb += open_next.eq(is_data)
         with m.Elif(fresh):
             # (k is programmed before the operands come)
             m.d.comb += last_next.eq(k_one)
             m.d.sync += [left.eq(k_less1), one_left.eq(k_two)]
         if p.stages:
-            self._advance(m, advance, o, (tok_valid, tok_done, is_data), before, (valid_next, open_next, last_next))
+            self._advance(m, advance, o, (tok_valid, tok_done, is_data), before, (valid_next, open_next))
             # (for the tests: the advance and the expression it stands for, equal in every cycle)
             self.advance_check = (advance, ~tok_valid | (free & ~empty))
         return m
@@ -206,12 +210,11 @@ class MatMul(Map):
         from the token's registers)."""
         tok_valid, tok_done, is_data = now
         b_valid, _b_stop, b_done, b_data = before
-        valid_next, open_next, last_next = nxt
-        free_reg = Signal(init=1, name="adv_free")     # ~tok_valid | (~empty & (~makes_output | ~o.valid))
+        valid_next, open_next = nxt
+        free_reg = Signal(init=1, name="adv_free")     # ~tok_valid | (~empty & ~o.valid)
         data_reg = Signal(init=0, name="adv_data")     # ~empty
         m.d.comb += advance.eq(free_reg | (o.ready & data_reg))
         v_n, d_n, data_n = (Mux(advance, b, t) for b, t in ((b_valid, tok_valid), (b_done, tok_done),
                                                              (b_data, is_data)))
         not_empty_n = data_n | d_n | open_next
-        m.d.sync += [free_reg.eq(~v_n | (not_empty_n & ((data_n & ~last_next) | ~valid_next))),
-                     data_reg.eq(not_empty_n)]
+        m.d.sync += [free_reg.eq(~v_n | (not_empty_n & ~valid_next)), data_reg.eq(not_empty_n)]

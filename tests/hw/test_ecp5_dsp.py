@@ -37,10 +37,11 @@ def test_matmul_unit_on_registered_dsps(dt):
     assert on_dsps == plain
 
 
-@pytest.mark.parametrize("f", ["matmul", fn("matmul", transpose_a=True), "add"], ids=str)
+@pytest.mark.parametrize("f", ["matmul", fn("matmul", transpose_a=True), "mul", "add"], ids=str)
 def test_map_on_registered_dsps(f):
-    """A Map of every binary function (the fn register selects; the blocks load only with the matmul's
-    registers), matmul and the others beside it, as without the blocks."""
+    """A Map of every binary function (the fn register selects; the blocks load only with the selected
+    function's registers): the matmul's 64 products and the elementwise multiply's 16 in the blocks, the
+    others beside them, as without the blocks."""
     dsp = Ecp5Dsp()
     unit = Map(MapParams(rows=4, cols=4, dtype="int8", fns=BINARY, max_rank=2, pipeline=True))
     t = Tile("int8", 4, 4)
@@ -49,7 +50,7 @@ def test_map_on_registered_dsps(f):
     unit = Map(MapParams(rows=4, cols=4, dtype="int8", fns=BINARY, max_rank=2, pipeline=True))
     assert check_unit(unit, "Map", inputs, dict(fn=f, n=2), backend="icarus", platform=dsp,
                       models=MODEL_VERILOG, name="map_dsp", seeds=(0,)) == want
-    assert dsp.used == 64
+    assert dsp.used == 64 + 16
 
 
 @pytest.mark.parametrize("frac", [0, 6, 14])
