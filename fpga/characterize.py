@@ -676,7 +676,7 @@ def write_float_units(rows, tile=4, path=HERE / "float_unit_report.json", doc=DO
              f"an fp32 running sum (the MatMul unit adds each pair's group sums to it, the Accum adds bf16 tiles "
              f"into an fp32 state); the plain Map matmul sums in fp32 and rounds once to bf16. Every unit here "
              f"is built without `pipeline`: each function is combinational in front of the output register (a "
-             f"fabric with `pipeline` cuts the integer matmul, SiLU and exp into stages, the float functions "
+             f"fabric with `pipeline` cuts the integer matmul, mul, SiLU and exp into stages, the float functions "
              f"not yet). LUT mapping by ABC9 (as every other table here) unless the row says ABC: with "
              f"`--unit-timeout` a unit whose ABC9 run does not finish in that time is mapped by classic ABC "
              f"instead (on the bf16 Map mul ABC gave 3,461 LUTs at 36.6 MHz, ABC9 3,277 at 42.3). The units "
