@@ -216,8 +216,13 @@ class _Elementwise(HwFn):
     def op(self, x, y):
         raise NotImplementedError
 
+    @staticmethod
+    def cells(out):
+        """``(row, col)`` of every output element, in the tile's order."""
+        return [(r, c) for r in range(int(out.rows)) for c in range(int(out.cols))]
+
     def build(self, m, a, b, out, regs):
-        cells = [(r, c) for r in range(int(out.rows)) for c in range(int(out.cols))]
+        cells = self.cells(out)
         if not out.dtype.is_int:
             return [type(self).float_op(m, a.at(r, c), b.at(r, c), fmt(a), fmt(b), fmt(out)) for r, c in cells]
         return [wrap32(self.op(a.at(r, c), b.at(r, c))) for r, c in cells]
@@ -258,7 +263,7 @@ class Mul(_Elementwise):
     def build(self, m, a, b, out, regs, pipe=NO_PIPE):
         if not out.dtype.is_int or not pipe.depth:
             return super().build(m, a, b, out, regs)
-        cells = [(r, c) for r in range(int(out.rows)) for c in range(int(out.cols))]
+        cells = self.cells(out)
         prods = pipe.products([(a.at(r, c), b.at(r, c)) for r, c in cells], "mul")
         if prods is None:
             # each operand element is registered once (a broadcast side feeds several products)
