@@ -107,10 +107,12 @@ NOTES = {
                                    "to the enable of its skid register's 37 flip-flops: 8 levels, 5.7 of the "
                                    "8.1 ns routing; the walk is off the path (132.2 MHz with up-counting step "
                                    "counters, the path then the walk's counters into its decisions; 119.0 with "
-                                   "the slice alone). An empty skid register that loads every cycle takes the "
-                                   "ready off those enables (136.6 MHz), and was not kept: the 4x4 SwiGLU fabric "
-                                   "with it placed at 58.83 / 67.39 / 60.1 MHz at seeds 1 / 2 / 3, against 74.04 / "
-                                   "73.36 without (`docs/fpga.md`).",
+                                   "the slice alone). An empty skid register that copies the request every "
+                                   "cycle takes the ready off those enables (136.6 MHz), and was not kept: the "
+                                   "4x4 SwiGLU fabric with it placed lower at every seed tried, on two netlists "
+                                   "(58.83 / 67.39 / 60.1 MHz at seeds 1 / 2 / 3 against 74.04 / 73.36 without; "
+                                   "with the MatMul's copied advance below, 59.37 / 67.86 against 74.80 / 76.06; "
+                                   "`docs/fpga.md`).",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
               "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "
@@ -126,7 +128,12 @@ NOTES = {
                         "did (the fabric's own MatMul build, whose path was the counter's comparison into the "
                         "advance, went from 115.1 to 132.7 MHz with the change). 122.2 before the advance "
                         "came from two registers formed from the next values of the token and output state "
-                        "it reads. Replicating the advance per group of blocks would shorten the route.",
+                        "it reads. A copy of the advance for the blocks alone (two more flip-flops, kept from "
+                        "being merged with the first two) took the row to 136.9 MHz (its path then `fresh` "
+                        "through the running sum's adder), and was not kept: the 4x4 SwiGLU fabric with it "
+                        "placed at 67.41 / 76.16 / 57.45 / 70.98 MHz at seeds 1-4 against 74.80 / 76.06 / "
+                        "69.17 / 75.60, its blocks' copy still a 7 to 10 ns wire across the DSP rows at seeds 1, "
+                        "2 and 4 (`docs/fpga.md`).",
     "Map[requantize]": "from the shift's mask (a register decoded from the shift's write, `cfg_shift_mask`: "
                        "104.1 MHz when the mask was made from the shift in the same cycle) through each "
                        "element's test whether its value fits and the clamp to the output register: 5 levels, "
