@@ -111,7 +111,7 @@ NOTES = {
                                    "cycle takes the ready off those enables (136.6 MHz), and was not kept: the "
                                    "4x4 SwiGLU fabric with it placed lower at every seed tried, on two netlists "
                                    "(58.83 / 67.39 / 60.1 MHz at seeds 1 / 2 / 3 against 74.04 / 73.36 without; "
-                                   "with the MatMul's copied advance below, 59.37 / 67.86 against 74.80 / 76.06; "
+                                   "with the MatMul's copied advance above, 59.37 / 67.86 against 74.80 / 76.06; "
                                    "`docs/fpga.md`).",
     "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
               "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
