@@ -10,11 +10,13 @@ checks that a graph fits a given fabric and says what is missing if not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from step_hdl.errors import StepError, read_text
 from step_hdl.types import DTYPES, concrete, dyn, substitute
+from step_hdl.units.params import Params, param
 
 from .fusion import counted_kinds
 
@@ -23,8 +25,13 @@ class FabricError(StepError):
     """A fabric description is invalid, or a graph does not fit it."""
 
 
+#: the physical tile side when none is given, everywhere (API, command line, model, sweeps): small tiles
+#: build and simulate fast; the paper's 16x16 studies say 16 explicitly
+DEFAULT_TILE = 4
+
+
 @dataclass(frozen=True)
-class Fabric:
+class Fabric(Params):
     """Structural description of a fabric.
 
     Attributes
@@ -83,51 +90,49 @@ class Fabric:
         function is combinational in front of its unit's output register.
     """
 
-    tile: int = 16
+    error = FabricError
+    field_word = "field"
+
+    tile: int = param(DEFAULT_TILE, minimum=1)
     dtype: str = "int16"
     acc_dtype: str = "int32"
-    units: dict = field(default_factory=dict)
-    map_functions: tuple = ("matmul", "add", "mul", "silu", "requantize")
-    fifo_depth: int = 2
-    sram_bytes: int = 64 * 1024
-    memory_ports: int = 4
-    max_rank: int = 4
-    mem_inflight: int = 64
-    matmul_rows: int = 0
-    accum_positions: int = 64
-    max_fifo_depth: int = 64
-    burst_bytes: int = 64
-    pools: bool = True
-    pool_pages: int = 0
-    watchdog: int = 4096
-    pipeline: bool = False
+    units: dict = param(factory=dict, merge="max_per_key")
+    map_functions: tuple = param(("matmul", "add", "mul", "silu", "requantize"), merge="union")
+    fifo_depth: int = param(2, minimum=1, merge="max")
+    sram_bytes: int = param(64 * 1024, minimum=1, merge="max")
+    memory_ports: int = param(4, minimum=1, merge="max")
+    max_rank: int = param(4, minimum=1, merge="max")
+    mem_inflight: int = param(64, minimum=1, merge="max")
+    matmul_rows: int = param(0, minimum=0)
+    accum_positions: int = param(64, minimum=1, merge="max")
+    max_fifo_depth: int = param(64, minimum=1, merge="max")
+    burst_bytes: int = param(64, minimum=0, merge="max")
+    pools: bool = param(True, flag=True, merge="all")
+    pool_pages: int = param(0, merge="max")
+    watchdog: int = param(4096, minimum=1, merge="max")
+    pipeline: bool = param(False, flag=True)
 
-    def __post_init__(self):
-        object.__setattr__(self, "units", dict(sorted(self.units.items())))
-        object.__setattr__(self, "map_functions", tuple(self.map_functions))
-        for name in ("tile", "fifo_depth", "sram_bytes", "memory_ports", "max_rank", "mem_inflight",
-                     "accum_positions", "max_fifo_depth", "watchdog"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise FabricError(f"fabric: {name} must be an integer >= 1, got {v!r}")
+    @property
+    def owner(self) -> str:
+        return "fabric"
+
+    @classmethod
+    def _unknown_fields(cls, unknown: list, names: list) -> str:
+        return f"fabric: unknown field(s) {unknown}; fields are {names}"
+
+    def validate(self):
         for name in ("dtype", "acc_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise FabricError(f"fabric: {name} {getattr(self, name)!r} is not one of {sorted(DTYPES)}")
         for kind, n in self.units.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise FabricError(f"fabric: unit count for {kind!r} must be an integer >= 0, got {n!r}")
-        if not isinstance(self.pipeline, bool):
-            raise FabricError(f"fabric: pipeline must be true or false, got {self.pipeline!r}")
-        if not isinstance(self.pools, bool):
-            raise FabricError(f"fabric: pools must be true or false, got {self.pools!r}")
         if isinstance(self.pool_pages, bool) or not isinstance(self.pool_pages, int) or self.pool_pages < 0:
             raise FabricError(f"fabric: pool_pages must be an integer >= 0 (0: each pool's bound), got "
                               f"{self.pool_pages!r}")
-        if isinstance(self.burst_bytes, bool) or not isinstance(self.burst_bytes, int) or self.burst_bytes < 0 \
-                or self.burst_bytes & (self.burst_bytes - 1):
+        if self.burst_bytes & (self.burst_bytes - 1):
             raise FabricError(f"fabric: burst_bytes must be 0 or a power of two, got {self.burst_bytes!r}")
-        if isinstance(self.matmul_rows, bool) or not isinstance(self.matmul_rows, int) or self.matmul_rows < 0 \
-                or (self.matmul_rows and self.tile % self.matmul_rows):
+        if self.matmul_rows and self.tile % self.matmul_rows:
             raise FabricError(f"fabric: matmul_rows must be 0 (all) or divide the tile {self.tile}, "
                               f"got {self.matmul_rows!r}")
         from step_hdl.functions import FUNCTIONS
@@ -139,20 +144,6 @@ class Fabric:
             raise FabricError(f"fabric: sram_bytes {self.sram_bytes} cannot double-buffer one "
                               f"{self.tile}x{self.tile} {self.dtype} tile ({tile_bytes} bytes)")
 
-    def to_json(self) -> dict:
-        return {"tile": self.tile, "dtype": self.dtype, "acc_dtype": self.acc_dtype, "units": dict(self.units),
-                "map_functions": list(self.map_functions), "fifo_depth": self.fifo_depth,
-                "sram_bytes": self.sram_bytes, "memory_ports": self.memory_ports, "max_rank": self.max_rank,
-                "mem_inflight": self.mem_inflight, "matmul_rows": self.matmul_rows,
-                "accum_positions": self.accum_positions, "max_fifo_depth": self.max_fifo_depth,
-                "burst_bytes": self.burst_bytes, "pools": self.pools, "pool_pages": self.pool_pages,
-                # (only when not the default: the Verilog cache keys of existing designs stay as they were)
-                **({"watchdog": self.watchdog} if self.watchdog != 4096 else {}),
-                **({"pipeline": True} if self.pipeline else {})}
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=True)
-
     @classmethod
     def from_json(cls, obj) -> "Fabric":
         if isinstance(obj, (str, bytes)):
@@ -162,11 +153,11 @@ class Fabric:
                 raise FabricError(f"fabric JSON is not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise FabricError("fabric JSON must be an object")
-        known = set(cls.__dataclass_fields__)
-        unknown = set(obj) - known
-        if unknown:
-            raise FabricError(f"fabric: unknown field(s) {sorted(unknown)}; fields are {sorted(known)}")
-        return cls(**obj)
+        return super().from_json(obj)
+
+    def replace(self, **changes) -> "Fabric":
+        """This fabric with ``changes`` to its fields (checked like any fabric)."""
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def load(cls, path) -> "Fabric":
@@ -270,25 +261,13 @@ def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **override
               sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings, pooled)),
               accum_positions=_pow2(max(1, keep_positions(graph, bindings))),
               pool_pages=max([p.bound for p in pools] or [0]),
-              max_rank=max([Fabric.max_rank] + [t.rank for n in graph.nodes.values() for t in n.out_types.values()]))
+              max_rank=max([Fabric().max_rank] + [t.rank for n in graph.nodes.values() for t in n.out_types.values()]))
     kw.update(overrides)
     return Fabric(**kw)
 
 
 def merge(fabrics) -> Fabric:
-    """One fabric that fits every graph the given fabrics fit (a sweep's shared build)."""
-    fabrics = list(fabrics)
-    first = fabrics[0]
-    for f in fabrics[1:]:
-        if (f.tile, f.dtype, f.acc_dtype) != (first.tile, first.dtype, first.acc_dtype):
-            raise FabricError("cannot merge fabrics with different tiles or element types")
-    units: dict = {}
-    for f in fabrics:
-        for k, n in f.units.items():
-            units[k] = max(units.get(k, 0), n)
-    fns = tuple(sorted({x for f in fabrics for x in f.map_functions}))
-    big = {k: max(getattr(f, k) for f in fabrics) for k in ("fifo_depth", "sram_bytes", "memory_ports", "max_rank",
-                                                           "mem_inflight", "accum_positions", "max_fifo_depth",
-                                                           "burst_bytes", "pool_pages", "watchdog")}
-    return Fabric(tile=first.tile, dtype=first.dtype, acc_dtype=first.acc_dtype, units=units, map_functions=fns,
-                  matmul_rows=first.matmul_rows, pools=all(f.pools for f in fabrics), **big)
+    """One fabric that fits every graph the given fabrics fit (a sweep's shared build): each field by its
+    merge rule (:meth:`~step_hdl.units.params.Params.merge`: the largest size, every function, the same tile,
+    element types and ``pipeline``)."""
+    return Fabric.merge(fabrics)

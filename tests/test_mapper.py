@@ -28,6 +28,30 @@ def test_fabric_json_round_trip_and_validation():
         Fabric.from_json('{"tiles": 4}')
 
 
+def test_merge_keeps_every_field_by_its_rule():
+    """A sweep's shared fabric: the largest sizes, every unit kind and function, and the fields that must agree
+    (tile, element types, ``pipeline``) kept or refused, never dropped."""
+    a = Fabric(tile=4, units={"Map": 2}, pipeline=True, mem_inflight=32, map_functions=("add",))
+    b = Fabric(tile=4, units={"Map": 1, "Accum": 1}, pipeline=True, fifo_depth=4, pools=False)
+    m = Fabric.merge([a, b])
+    assert m.units == {"Accum": 1, "Map": 2} and m.pipeline is True and m.pools is False
+    assert (m.mem_inflight, m.fifo_depth) == (64, 4) and "add" in m.map_functions and "silu" in m.map_functions
+    with pytest.raises(FabricError, match=r"^fabric: cannot merge pipeline: the values differ \(false, true\)$"):
+        Fabric.merge([a, b.replace(pipeline=False)])
+    with pytest.raises(FabricError, match=r"^fabric: cannot merge tile: the values differ \(4, 8\)$"):
+        Fabric.merge([a, Fabric(tile=8)])
+    # hashable, and equal fabrics hash alike (a design's key and a dict key)
+    assert {a: 1}[Fabric.from_json(a.dumps())] == 1 and a.key() != b.key()
+    with pytest.raises(TypeError, match="parameters are frozen"):
+        a.units["Map"] = 3
+
+
+def test_a_design_is_hashable(small):
+    from step_hdl.flow import prepare
+    d = prepare(small, 4).design
+    assert hash(d) == hash(prepare(small, 4).design)
+
+
 def test_lower_sizes_a_fitting_fabric_and_binds_every_node(small):
     lo = lower(small.graph, 4, small.tensors)
     assert [name for name, _ in lo.stages] == ["tile_physical"]

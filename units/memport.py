@@ -75,13 +75,13 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layout import TileFormat
-from .params import ParamError, UnitParams, positive
+from .params import ParamError, Params, positive
 
 
 # ----------------------------------------------------------------------------- the interface
 
 @dataclass(frozen=True)
-class MemPortShape(UnitParams):
+class MemPortShape(Params):
     """Widths of a memory port (structural)."""
 
     data_bits: int = 64

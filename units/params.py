@@ -1,8 +1,10 @@
-"""Structural parameters of hardware units: frozen, validated, JSON-serializable dataclasses."""
+"""Structural parameters: frozen, validated, JSON-serializable, hashable dataclasses (:class:`Params`), the base
+of every unit's parameters and of the fabric description (``mapper.fabric.Fabric``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -43,11 +45,67 @@ def positive(owner: str, name: str, value, minimum: int = 1) -> None:
         raise ParamError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
 
 
+class FrozenDict(dict):
+    """A read-only, hashable ``dict`` (a parameter such as a fabric's unit counts); JSON writes it as an
+    object."""
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.items())))
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("parameters are frozen: this mapping cannot change")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+#: how :meth:`Params.merge` joins a field's values: ``same`` (they must be equal), ``max``, ``all``, ``any``,
+#: ``union`` (a sorted tuple of every item), ``max_per_key`` (a mapping: each key's largest value)
+MERGE_RULES = ("same", "max", "all", "any", "union", "max_per_key")
+
+
+def param(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, merge: str = "same", minimum=None,
+          flag: bool = False):
+    """A :class:`Params` field: its default (or ``factory``), how :meth:`Params.merge` joins it (one of
+    :data:`MERGE_RULES`), and the check every instance makes of it: ``minimum`` for an integer, ``flag`` for
+    a boolean."""
+    if merge not in MERGE_RULES:
+        raise ValueError(f"param: merge must be one of {MERGE_RULES}, got {merge!r}")
+    meta = {"merge": merge, "minimum": minimum, "flag": flag}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
-class UnitParams:
-    """Base class: subclasses list their fields and extend :meth:`validate`."""
+class Params:
+    """Frozen, validated, JSON-serialisable, hashable parameters: the base of every unit's parameters and of
+    the fabric description.
+
+    A subclass lists its fields (with :func:`param` where a field has a check or a merge rule of its own)
+    and extends :meth:`validate`. The base checks each field declared with ``minimum`` or ``flag``, freezes
+    lists into tuples and dicts into :class:`FrozenDict`, and derives JSON (:meth:`to_json`,
+    :meth:`from_json`), the content hash (:meth:`key`) and :meth:`merge` from the fields.
+    """
+
+    #: the error every check raises
+    error = ParamError
+    #: the word for a field in the unknown-field error (units take parameters, a fabric has fields)
+    field_word = "parameter"
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+            elif isinstance(v, dict) and not isinstance(v, FrozenDict):
+                object.__setattr__(self, f.name, FrozenDict(sorted(v.items())))
+            if f.metadata.get("flag") and not isinstance(v, bool):
+                raise self.error(f"{self.owner}: {f.name} must be true or false, got {v!r}")
+            if f.metadata.get("minimum") is not None:
+                try:
+                    positive(self.owner, f.name, v, f.metadata["minimum"])
+                except ParamError as exc:
+                    raise self.error(str(exc)) from None
         self.validate()
 
     def validate(self) -> None:
@@ -61,28 +119,72 @@ class UnitParams:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.name if isinstance(v, DType) else (list(v) if isinstance(v, tuple) else v)
+            out[f.name] = (v.name if isinstance(v, DType) else list(v) if isinstance(v, tuple)
+                           else dict(v) if isinstance(v, dict) else v)
         return out
 
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True)
+    def dumps(self, indent=None) -> str:
+        return json.dumps(self.to_json(), indent=indent, sort_keys=True)
+
+    def key(self) -> str:
+        """A hash of every field's value: equal parameters, equal keys."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:12]
 
     @classmethod
-    def from_json(cls, obj: dict):
+    def from_json(cls, obj):
+        """The parameters a JSON object (or its text) describes; unknown fields are an error naming them."""
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as exc:
+                raise cls.error(f"{cls.__name__}: not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise cls.error(f"{cls.__name__}: expected a JSON object, got {type(obj).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(obj) - names
         if unknown:
-            raise ParamError(f"{cls.__name__}: unknown parameter(s) {sorted(unknown)}; it takes {sorted(names)}")
-        kwargs = {}
+            raise cls.error(cls._unknown_fields(sorted(unknown), sorted(names)))
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in obj.items()})
+
+    @classmethod
+    def _unknown_fields(cls, unknown: list, names: list) -> str:
+        return f"{cls.__name__}: unknown {cls.field_word}(s) {unknown}; it takes {names}"
+
+    @classmethod
+    def merge(cls, items):
+        """One set of parameters that serves everything each of ``items`` serves, field by field by its merge
+        rule (:func:`param`; ``same`` where none is given: a field that differs is an error naming it)."""
+        items = list(items)
+        if not items:
+            raise ValueError(f"{cls.__name__}.merge: nothing to merge")
+        kw = {}
         for f in dataclasses.fields(cls):
-            if f.name in obj:
-                v = obj[f.name]
-                kwargs[f.name] = tuple(v) if isinstance(v, list) else v
-        return cls(**kwargs)
+            values = [getattr(p, f.name) for p in items]
+            rule = f.metadata.get("merge", "same")
+            if rule == "same":
+                if any(v != values[0] for v in values[1:]):
+                    shown = ", ".join(sorted({json.dumps(_plain(v)) for v in values}))
+                    raise cls.error(f"{items[0].owner}: cannot merge {f.name}: the values differ ({shown})")
+                kw[f.name] = values[0]
+            elif rule == "max":
+                kw[f.name] = max(values)
+            elif rule == "all":
+                kw[f.name] = all(values)
+            elif rule == "any":
+                kw[f.name] = any(values)
+            elif rule == "union":
+                kw[f.name] = tuple(sorted({x for v in values for x in v}))
+            else:
+                kw[f.name] = {k: max(v.get(k, 0) for v in values) for k in sorted({k for v in values for k in v})}
+        return cls(**kw)
+
+
+def _plain(v):
+    return list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
 
 
 @dataclass(frozen=True)
-class TileParams(UnitParams):
+class TileParams(Params):
     """The physical tile a unit works on: ``rows × cols`` elements of ``dtype``."""
 
     rows: int = 4

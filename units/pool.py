@@ -52,13 +52,13 @@ from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .params import ParamError, UnitParams, positive
+from .params import ParamError, Params, positive
 
 __all__ = ["TilePoolParams", "TilePool", "pool_signature"]
 
 
 @dataclass(frozen=True)
-class TilePoolParams(UnitParams):
+class TilePoolParams(Params):
     """TilePool: ``pages`` pages of ``page_entries`` entries of ``width`` bits, shared by ``clients`` buffers."""
 
     width: int = 64

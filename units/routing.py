@@ -31,7 +31,7 @@ from .base import StepUnit
 from .config import Reg
 from .layout import SelectorFormat, TokenFormat, payload_format, tile_format
 from .merger import StopMerger
-from .params import ParamError, StreamParams, UnitParams, positive
+from .params import ParamError, StreamParams, Params, positive
 from .stream import Broadcast
 
 #: largest number of routed streams (selector width) a routing unit may have
@@ -560,7 +560,7 @@ __all__ = ["RoutingParams", "Partition", "Reassemble", "EagerMerge", "MAX_N"]
 # ----------------------------------------------------------------------------- selector <-> index
 
 @dataclass(frozen=True)
-class SelIndexParams(UnitParams):
+class SelIndexParams(Params):
     """A :class:`SelIndex` or :class:`KeepIfZero`: selectors of ``n`` choices (``n = 1`` for
     KeepIfZero's), tokens up to ``max_rank``."""
 
@@ -650,7 +650,7 @@ class KeepIfZero(_IndexFunction):
 # --------------------------------------------------------------------------- Broadcast
 
 @dataclass(frozen=True)
-class BroadcastParams(UnitParams):
+class BroadcastParams(Params):
     """A fan-out of ``n`` copies of one stream: tiles (``rows``, ``cols``, ``dtype``) or ``selector``-wide
     selectors, with ``max_rank``."""
 

@@ -27,7 +27,7 @@ from .base import StepUnit, hw_port
 from .config import Reg
 from .layout import TokenFormat, TupleFormat, payload_format, tile_format
 from .merger import StopMerger
-from .params import ParamError, StreamParams, UnitParams, positive
+from .params import ParamError, StreamParams, Params, positive
 from .stream import Broadcast
 
 
@@ -98,7 +98,7 @@ class ExpandParams(StreamParams):
 
 
 @dataclass(frozen=True)
-class ZipParams(UnitParams):
+class ZipParams(Params):
     """Zip: the tiles of ``i0`` (``rows0 × cols0`` of ``dtype0``) and ``i1``, and ``max_rank``."""
 
     rows0: int = 4

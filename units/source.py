@@ -26,7 +26,7 @@ from .base import StepUnit
 from .config import DATA_BITS, Reg
 from .layout import SelectorFormat, TokenFormat
 from .offchip import INDEX
-from .params import ParamError, UnitParams, positive
+from .params import ParamError, Params, positive
 
 __all__ = ["SourceParams", "IndexSourceParams", "ConfiguredSource", "SelectorSource", "IndexSource"]
 
@@ -42,7 +42,7 @@ def _check_common(owner: str, capacity, max_rank) -> None:
 
 
 @dataclass(frozen=True)
-class SourceParams(UnitParams):
+class SourceParams(Params):
     """A :class:`SelectorSource`: selectors of ``n`` choices, at most ``capacity`` elements per program."""
 
     n: int = 2
@@ -58,7 +58,7 @@ class SourceParams(UnitParams):
 
 
 @dataclass(frozen=True)
-class IndexSourceParams(UnitParams):
+class IndexSourceParams(Params):
     """An :class:`IndexSource`: at most ``capacity`` int32 indices per program, tokens up to ``max_rank``."""
 
     capacity: int = 64
@@ -78,7 +78,7 @@ class ConfiguredSource(StepUnit):
     configuration write appends one element.
     """
 
-    params_cls: type = UnitParams
+    params_cls: type = Params
     value_signed = False
 
     def __init__(self, params):
