@@ -40,12 +40,13 @@ def measure(workload: str, shared: bool, rtl: bool, repeat: int = 1) -> dict:
     the built simulator (the fastest counts, the median beside it: the MoE fabric's run of under a second
     varies by up to 35 % from run to run on the two-core machine, even with nothing else running)."""
     import re
-    from step_hdl.cli import _workload, parser
+    from step_hdl.flow.cli import parser
     from step_hdl.flow import DRAM_PRESETS, prepare, run_rtl
+    from step_hdl.workloads.registry import build
     from step_hdl.sim.fabric import verilog_for
     from step_hdl.sim.rtl import verilator_opt
     args = parser("build").parse_args(WORKLOADS[workload])
-    w = _workload(args)
+    w = build(args.workload, args)
     prep = prepare(w, args.phys_tile)
     t0 = time.perf_counter()
     text, _, _ = verilog_for(prep.design, DRAM_PRESETS[args.dram], prep.depth(), shared=shared)

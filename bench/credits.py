@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from step_hdl.flow import DRAM_PRESETS, model, prepare, run_rtl, shared_fabric
-from step_hdl.sim.compare import point_workload, swiglu_points
+from step_hdl.flow.compare import point_workload, swiglu_points
 
 SIZE, TILE = (16, 64, 128), 4
 CREDITS = (56, 60, 62, 63, 64, 65, 66, 68, 72, 80, 96)
@@ -64,10 +64,10 @@ def main(argv=None) -> int:
     bad = [c for c in args.credits if c < 1]
     if bad or args.workers < 1:
         ap.error(f"--credits must be >= 1 (got {bad})" if bad else f"--workers must be >= 1, got {args.workers}")
-    from step_hdl.cli import _writable
+    from step_hdl.errors import check_writable
     from step_hdl.errors import OutputError
     try:
-        _writable(args.json, "--json")
+        check_writable(args.json, "--json")
     except OutputError as exc:
         ap.error(str(exc))
     t0 = time.time()

@@ -45,8 +45,8 @@ import json
 import sys
 from pathlib import Path
 
-from step_hdl.sim.compare import SWEEPS, CompareError, Point, compare, load_rtl_json, plot, workload_label
-from step_hdl.sweep.compare import measure_points
+from step_hdl.flow.compare import SWEEPS, CompareError, Point, compare, load_rtl_json, plot, workload_label
+from step_hdl.flow.sweep.compare import measure_points
 from step_hdl.workloads.traces import TraceNotFound
 
 CACHE = Path.home() / ".cache" / "step-hdl" / "crossval.json"
@@ -132,11 +132,11 @@ def main(argv=None) -> int:
                     help="write the RTL results (with the commit and back-end they were measured at) here, for "
                          "--rtl-json; bench/data/crossval-rtl.json is the stored set the tests compare the model with")
     args = ap.parse_args(argv)
-    from step_hdl.cli import _writable
+    from step_hdl.errors import check_writable
     from step_hdl.errors import OutputError
     try:                                # the command line's own check of an output path, before any work
         for flag, path in (("--json", args.json), ("--save-rtl", args.save_rtl), ("--plot", args.plot)):
-            _writable(path, flag)
+            check_writable(path, flag)
     except OutputError as exc:
         print(f"crossval: error: {exc}", file=sys.stderr)
         return 2

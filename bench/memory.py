@@ -28,7 +28,7 @@ import time
 from amaranth.sim import Simulator
 
 from step_hdl.sim.dram import DramModel
-from step_hdl.sim.dram_timing import DRAM_PRESETS, Dram
+from step_hdl.sim.model.dram import DRAM_PRESETS, Dram
 from step_hdl.units.memport import MemPortShape
 
 PATTERNS = ("sequential", "random", "one-channel")

@@ -21,7 +21,7 @@ import numpy as np
 
 
 def moe_runs(quick: bool):
-    from step_hdl.workloads.moe import moe_graph
+    from step_hdl.workloads.moe import moe_graph, routing_selector_counts
     from step_hdl.workloads.traces import ROUTING_TRACES, model_of, routing_trace
     for trace in ROUTING_TRACES[:1] if quick else ROUTING_TRACES:
         r = routing_trace(trace)
@@ -31,7 +31,8 @@ def moe_runs(quick: bool):
             def build(r=r, m=m, ti=ti, tiling=tiling, tile=tile):
                 g = moe_graph(len(r), m["experts"], m["top_k"], m["hidden"], m["inter"], ti, "int16", tiling,
                               tile)
-                return g, {}, {"routing": r}
+                counts = routing_selector_counts(r, m["experts"])
+                return g, {}, {"routing": r}, {f"route_n{e}": int(c) for e, c in enumerate(counts)}
             yield f"moe {trace} {tiling}", "int16", build
 
 
@@ -45,9 +46,9 @@ def gqa_runs(quick: bool):
         rows = np.repeat(lens, heads)
         table = np.stack([np.concatenate([[0], np.cumsum(rows)[:-1]]), rows], 1).astype(np.int32)
         for strategy in ("interleaved", "contiguous", "dynamic"):
-            def build(batch=batch, strategy=strategy, rows=rows, table=table):
+            def build(batch=batch, strategy=strategy, rows=rows, table=table, lens=lens):
                 g = gqa_graph(batch, heads, 8, 128, 4, strategy, "fp32", total_rows=int(rows.sum()))
-                return g, {"kv_table": table}, {}
+                return g, {"kv_table": table}, {}, {f"r{r}_rows_len_max": int(lens.max()) for r in range(4)}
             yield f"gqa b{batch} {path.stem} {strategy}", "fp32", build
 
 
@@ -57,7 +58,8 @@ FULL_SIZE_FIFO_DEPTH = 1 << 30
 
 
 def main(argv=None) -> int:
-    from step_hdl.flow import model_params, simulate
+    from step_hdl.flow import FitFabric, Workload, model
+    from step_hdl.types import dtype as make_dtype
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--quick", action="store_true", help="one MoE trace and one KV batch size")
@@ -67,8 +69,9 @@ def main(argv=None) -> int:
     print(f"{'run':58s} {'cycles':>12s} {'off-chip MB':>12s} {'BW util':>8s} {'wall s':>7s}")
     for name, dt, build in list(moe_runs(args.quick)) + list(gqa_runs(args.quick)):
         t0 = time.perf_counter()
-        g, tensors, streams = build()
-        res = simulate(g, model_params(args.tile, "paper", dt, max_fifo_depth=FULL_SIZE_FIFO_DEPTH), tensors, streams)
+        g, tensors, streams, bindings = build()
+        w = Workload(g, tensors, streams, {}, make_dtype(dt), subs=bindings)
+        res = model(w, FitFabric(args.tile, dt, {"max_fifo_depth": FULL_SIZE_FIFO_DEPTH}), "paper")
         wall = time.perf_counter() - t0
         records.append({"run": name, "cycles": res.cycles, "offchip_bytes": res.offchip_bytes,
                         "bandwidth_utilization": round(res.bandwidth_utilization, 4), "wall_s": round(wall, 2)})

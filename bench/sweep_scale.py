@@ -41,8 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from step_hdl.sweep import ResultCache, grid, identical, plot_pareto, run_sweep, write_table
-from step_hdl.sweep.executors import default_workers
+from step_hdl.flow.sweep import ResultCache, grid, identical, plot_pareto, run_sweep, write_table
+from step_hdl.flow.sweep.executors import default_workers
 
 OUT = Path(__file__).resolve().parent / "out"
 MOE = {"hidden": 16, "inter": 32}
@@ -82,7 +82,7 @@ def _interrupted(points, cache_dir: Path, workers: int) -> dict:
     them again here: what the restart recomputed."""
     defn = cache_dir.parent / f"{cache_dir.name}-points.json"
     defn.write_text(json.dumps({"points": [p.to_json() for p in points]}))
-    cmd = [sys.executable, "-m", "step_hdl.cli", "sweep", "--points", str(defn), "--cache", str(cache_dir),
+    cmd = [sys.executable, "-m", "step_hdl.flow.cli", "sweep", "--points", str(defn), "--cache", str(cache_dir),
            "--workers", str(workers), "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     half = len(points) // 2

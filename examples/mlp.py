@@ -64,7 +64,7 @@ def main(argv=None):
     print(f"mlp {a.batch}x{a.d_in} -> {a.hidden} -> {a.d_out}: {len(prep.design.units)} units, RTL "
           f"{res.cycles:,} cycles ({a.backend}), outputs "
           f"{'match' if res.outputs_match else 'DIFFER: ' + str(res.mismatches)}; model "
-          f"{model(w, prep.design.fabric).cycles:,} cycles; {int((res.outputs['y'] == 0).sum())} of "
+          f"{model(w, lowered=prep.lowered).cycles:,} cycles; {int((res.outputs['y'] == 0).sum())} of "
           f"{res.outputs['y'].size} outputs are 0")
     return 0 if res.outputs_match else 1
 

@@ -80,7 +80,7 @@ def main(argv=None):
     print(f"moe {a.tokens} tokens over {a.experts} experts ({', '.join(map(str, counts))} rows), tiles of "
           f"{a.tile}: {len(prep.design.units)} units, RTL {res.cycles:,} cycles ({a.backend}), outputs "
           f"{'match' if res.outputs_match else 'DIFFER: ' + str(res.mismatches)}; model "
-          f"{model(wl, prep.design.fabric).cycles:,} cycles")
+          f"{model(wl, lowered=prep.lowered).cycles:,} cycles")
     return 0 if res.outputs_match else 1
 
 

@@ -64,7 +64,7 @@ def main(argv=None):
     probs = res.outputs["y"] / (1 << FRAC)
     print(f"softmax {a.rows}x{a.cols}: RTL {res.cycles:,} cycles ({a.backend}), outputs "
           f"{'match' if res.outputs_match else 'DIFFER: ' + str(res.mismatches)}; model "
-          f"{model(w, prep.design.fabric).cycles:,} cycles; row sums of the probabilities "
+          f"{model(w, lowered=prep.lowered).cycles:,} cycles; row sums of the probabilities "
           f"{probs.sum(axis=1).min():.3f}..{probs.sum(axis=1).max():.3f}")
     return 0 if res.outputs_match else 1
 

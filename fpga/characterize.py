@@ -12,9 +12,13 @@
     ``docs/fpga-cost-table.md``.
 ``--units``
     Synthesis, place and route of every unit family at 4x4 int8 on ECP5-85F
-    (100 MHz constraint): resources, Fmax and critical path, with the notes
-    below for units under the 125 MHz goal. Writes ``docs/fpga-units.md`` and
-    ``fpga/unit_report.json``.
+    (100 MHz constraint): resources, Fmax and critical path, each unit under
+    the 125 MHz goal linked to its note in ``docs/fpga.md``. Writes
+    ``docs/fpga-units.md`` and ``fpga/unit_report.json``.
+``--units-page``
+    Writes the ECP5 part of ``docs/fpga-units.md`` again from the saved
+    ``fpga/unit_report.json``, without synthesis (after a note in
+    ``docs/fpga.md`` was added or renamed).
 ``--fabric``
     The SwiGLU fabric of the acceptance command through the whole flow (or
     ``--fabric-json``: a saved ``step-hdl synth swiglu ... --json`` result),
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -52,8 +57,9 @@ from pathlib import Path
 from step_hdl.types import dtype as make_dtype
 
 from .cost import dtype_bits, estimate, kind_of, load_table, variant_of
-from .ecp5 import NextpnrError, synthesize, tool_versions
+from .synth import NextpnrError, synthesize, tool_versions
 from .yosys import YosysError
+from step_hdl.units.base import not_elaborated
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
@@ -67,100 +73,10 @@ GOAL_MHZ = 125
 class CharacterizeError(ValueError):
     """A command-line request the characterization cannot carry out (the message says why)."""
 
-# Units under GOAL_MHZ at 4x4 int8: what the critical path is and what would fix it (read from the report).
-NOTES = {
-    "Map[matmul]": "the path runs from the operand (or `transpose` configuration) register through the "
-                   "`MULT18X18D` multipliers and the K-input adder tree to the output register in one "
-                   "cycle. A fabric with `pipeline` registers the operands and the products (in the "
-                   "`MULT18X18D` blocks' own registers, `fpga/ecp5_dsp.py`) and the adder tree's first half "
-                   "(Map[matmul] pipelined: 101.3 MHz without that third stage, the products' route from the "
-                   "DSP row and the whole tree in one cycle).",
-    "OnChipBuffer": "the path starts at a `DP16KD` read port (5.8 ns clock-to-output: the block RAM's output "
-                    "register is not used), decodes the stored stop level through the stop merger and ends at "
-                    "the reader's index (`ridx`; 81.9 MHz when it ended at the RAM's own read enable, placement "
-                    "moving with the reader's logic). A fabric with `pipeline` registers the RAM's data before the "
-                    "merger (`out_reg`), on ECP5 in the blocks' own output registers (`fpga/ecp5_bram.py`), "
-                    "and a skid register between them and the merger, so the reader no longer waits on the "
-                    "merger's ready (OnChipBuffer pipelined: 137.1 MHz, from `rb` into the repeat counter's "
-                    "enable; 143.9 before its walk counted down and its next offsets became registers, changes "
-                    "for the fabric's own build, which reads by a walk: 100.2 -> 113.7 MHz there; 137.8 with "
-                    "the same logic, its decoded mode registers then named `<lambda>`: placement moves with "
-                    "names; 132.7 before the skid).",
-    "LinearOffChipLoad": "from the walk's running address (`oacc0`) through the burst's length, the request "
-                         "handshake (the tracker's credit check, one comparison with a register of free "
-                         "credits) and the walk's step to a step counter (`orem1`): 12 levels, 7.0 of the "
-                         "10.1 ns routing (99.2 MHz from the registered empty-dimension flags to a running "
-                         "address's enable before the walk counted down; 83.8 before the credits and the "
-                         "burst's run position became down-counting registers). A fabric with `pipeline` puts a "
-                         "register slice between the walk and the tracker, registers the head of the "
-                         "tracker's order queue (the response handshake read it from LUT RAM), counts the "
-                         "walk's steps down from `count - 1` with its last-step and next-to-last flags in "
-                         "registers (`count - 1`, `count == 1` and `count == 2` decoded from the counts' "
-                         "writes), keeps the walk's step decisions (its last element, the dimension that "
-                         "steps, whether a close follows) in registers, their next values formed for each "
-                         "way the walk can go, and runs the walk on one `walking` flag (LinearOffChipLoad "
-                         "pipelined: see its own note). The fabric's own build of the load (five dimensions, 64 "
-                         "credits) went from 118.8 to 133.1 MHz with the down-counting walk and the `walking` "
-                         "flag.",
-    "LinearOffChipLoad pipelined": "from the tracker's free-credit register through the credit check (a "
-                                   "comparison with the request's burst length) and the request slice's ready "
-                                   "to the enable of its skid register's 37 flip-flops: 8 levels, 5.7 of the "
-                                   "8.1 ns routing; the walk is off the path (132.2 MHz with up-counting step "
-                                   "counters, the path then the walk's counters into its decisions; 119.0 with "
-                                   "the slice alone). An empty skid register that copies the request every "
-                                   "cycle takes the ready off those enables (136.6 MHz), and was not kept: the "
-                                   "4x4 SwiGLU fabric with it placed lower at every seed tried, on two netlists "
-                                   "(58.83 / 67.39 / 60.1 MHz at seeds 1 / 2 / 3 against 74.04 / 73.36 without; "
-                                   "with the MatMul's copied advance above, 59.37 / 67.86 against 74.80 / 76.06; "
-                                   "`docs/fpga.md`).",
-    "MatMul": "as Map[matmul], from a configuration register through the `MULT18X18D` multipliers and the "
-              "K-input adder tree to the output register in one cycle, with 33 levels against Map[matmul]'s "
-              "11: the running sum's adder is on the path too. A fabric with `pipeline` registers the "
-              "operands, the products, the adder tree's first half and the tile sums; the products left "
-              "before the k-th count down from `k - 1` with a registered one-left flag (MatMul pipelined: "
-              "see its own note). The running sum is the output register's tile (1,071 FFs and 43.7 MHz "
-              "with a register bank of its own beside the output register).",
-    "MatMul pipelined": "from the pipeline's advance register (`adv_data`) through one LUT to a "
-                        "`MULT18X18D` block's clock enable: 2 levels, 6.8 of the 8.0 ns routing, the advance "
-                        "fanning out to the 64 blocks and every stage. 124.7 MHz (1,933 FFs) with the running sum in a "
-                        "register bank of its own, the same path; 127.4 before the product counter "
-                        "counted down, on the same advance logic: this path did not change, the placement "
-                        "did (the fabric's own MatMul build, whose path was the counter's comparison into the "
-                        "advance, went from 115.1 to 132.7 MHz with the change). 122.2 before the advance "
-                        "came from two registers formed from the next values of the token and output state "
-                        "it reads. A copy of the advance for the blocks alone (two more flip-flops, kept from "
-                        "being merged with the first two) took the row to 136.9 MHz (its path then `fresh` "
-                        "through the running sum's adder), and was not kept: the 4x4 SwiGLU fabric with it "
-                        "placed at 67.41 / 76.16 / 57.45 / 70.98 MHz at seeds 1-4 against 74.80 / 76.06 / "
-                        "69.17 / 75.60, its blocks' copy still a 7 to 10 ns wire across the DSP rows at seeds 1, "
-                        "2 and 4 (`docs/fpga.md`).",
-    "Map[requantize]": "from the shift's mask (a register decoded from the shift's write, `cfg_shift_mask`: "
-                       "104.1 MHz when the mask was made from the shift in the same cycle) through each "
-                       "element's test whether its value fits and the clamp to the output register: 5 levels, "
-                       "6.4 of the 8.1 ns routing, the mask's 32 bits fanning out to the 16 elements "
-                       "(int32 sums to int8; 6,301 LUTs and 73.0 MHz when the clamp compared the whole 32-bit "
-                       "shift twice). A fabric with `pipeline` registers the shifted bits and whether they fit "
-                       "before the clamp (Map[requantize] pipelined, 142.6 MHz; 118.4 before the mask was a "
-                       "register).",
-    "Accum[add,kept]": "the SwiGLU down projection's Accum, its int32 sums kept for 16 positions in two banks "
-                       "of LUT RAM: from the emitter's index (`emit_index`) through its end comparison to the "
-                       "output register: 10 levels, 7.8 of the 10.5 ns routing (97.6 MHz when the input's "
-                       "writes waited for its handshake, the path then going on to the state memory); the "
-                       "update reads, adds and writes the memory in one cycle (the pipelined SwiGLU fabric's "
-                       "critical path ran from an edge FIFO into this unit, 49.1 MHz). A fabric with "
-                       "`pipeline` takes the update in two cycles, registers the emitter's end flag (a count "
-                       "of the positions left) and its inner-stop flags, decodes `keep + rank` from the "
-                       "writes and forms the read address without the input's ready, the same cycles "
-                       "(Accum[add,kept] pipelined, 162.8 MHz; 146.5 before a data token's and an inner "
-                       "stop's writes followed the input's valid instead of its handshake, 99.3 with the end "
-                       "flag alone, 105 to 124 on the way as each path moved).",
-    "Map[silu]": "from the `frac` register through `1 << frac`, the clamp of `(x >> 2) + 1/2`, the DSP "
-                 "multiplier and the variable shift and saturation to the output register: 39 levels. A "
-                 "fabric with `pipeline` cuts it in four stages, `x` and `h` registered and their products in the "
-                 "`MULT18X18D` blocks' own registers, and the clamp's `1` and bounds registers decoded from `frac`'s "
-                 "writes (Map[silu] pipelined, 162.0 MHz; 132.0 with `x` and `h` in fabric registers and the "
-                 "multiplier between them).",
-}
+#: the page whose "## Units under {GOAL_MHZ} MHz" section explains each unit table row under the goal: a "### <unit>"
+#: heading per unit (its critical path and what the pipelined build does about it); the generated unit report
+#: links each slow row to its heading there
+NOTES_DOC = DOCS / "fpga.md"
 
 
 def _say(msg):
@@ -174,8 +90,9 @@ def _params_json(unit) -> dict:
 def swiglu_prepared(tile: int = 4, dtype: str = "int8"):
     import argparse as ap
     from step_hdl.mapper.prepare import prepare
+    from step_hdl.mapper.sizing import FitFabric
     from step_hdl.workloads.registry import build
-    return prepare(build("swiglu", ap.Namespace(**SWIGLU, dtype=dtype)), tile)
+    return prepare(build("swiglu", ap.Namespace(**SWIGLU, dtype=dtype)), FitFabric(tile))
 
 
 def sweep_items(tiles, dtypes):
@@ -194,7 +111,7 @@ def sweep_items(tiles, dtypes):
             for cls, params, u in found:
                 key = (kind_of(cls, params), variant_of(params, dtype), tile, dtype)
                 if key in seen:
-                    u._MustUse__silence = True      # a duplicate: not synthesized, no "never used" warning
+                    not_elaborated(u)  # a duplicate: not synthesized, no "never used" warning
                     continue
                 seen.add(key)
                 yield (*key[:2], cls, tile, dtype, params, u)
@@ -250,7 +167,7 @@ def run_sweep(tiles, dtypes, workdir=None, checkpoint=None) -> dict:
 
     for kind, var, cls, tile, dtype, params, u in sweep_items(tiles, dtypes):
         if (kind, var, tile, dtype) in done:
-            u._MustUse__silence = True
+            not_elaborated(u)
             continue
         t0 = time.perf_counter()
         r = _synth(u, _safe(f"{kind}_{tile}_{dtype}"), workdir, place=False, dsp_budget=None)
@@ -265,7 +182,7 @@ def run_sweep(tiles, dtypes, workdir=None, checkpoint=None) -> dict:
     table["dtypes"] = sorted({r["dtype"] for r in table["units"]}, key=dtype_bits)
     for width, depth, q in queue_items(tiles, dtypes):
         if (width, depth) in done:
-            q._MustUse__silence = True
+            not_elaborated(q)
             continue
         t0 = time.perf_counter()
         r = _synth(q, f"queue_{width}_{depth}", workdir, place=False, dsp_budget=None)
@@ -349,7 +266,7 @@ def run_units(tile=4, dtype="int8", workdir=None, target="ecp5-85f", only=None) 
     rows = []
     for name, params, u in units(tile, dtype):
         if only is not None and name not in only:
-            u._MustUse__silence = True
+            not_elaborated(u)
             continue
         t0 = time.perf_counter()
         r = _synth(u, _safe(name), workdir, place=True, target=target)
@@ -375,7 +292,7 @@ def fabric_unit_builds(prep) -> list:
     for specs in design_groups(prep.design.units):
         u = units[specs[0].name]
         for other in specs[1:]:
-            units[other.name]._MustUse__silence = True      # the same design: synthesized once
+            not_elaborated(units[other.name])  # the same design: synthesized once
         out.append(([sp.name for sp in specs], specs[0].cls, _params_json(u), u))
     return out
 
@@ -387,24 +304,24 @@ def run_fabric_units(workdir=None, only=None) -> list:
     are not. ``only``: instance names (``accum_down``); just the builds they use (a
     :class:`CharacterizeError` names an instance the fabric does not have, before any synthesis)."""
     import argparse
-    import dataclasses
-    from step_hdl.mapper.prepare import prepare, shared_fabric
+    from step_hdl.mapper.prepare import prepare
+    from step_hdl.mapper.sizing import FitFabric
     from step_hdl.workloads.registry import build
     w = build("swiglu", argparse.Namespace(**SWIGLU, dtype="int8"))     # as step-hdl synth ... --pipeline
-    prep = prepare(w, dataclasses.replace(shared_fabric([w], 4), pipeline=True))
+    prep = prepare(w, FitFabric(4, fields={"pipeline": True}))
     builds = fabric_unit_builds(prep)
     if only is not None:
         known = sorted(n for names, *_ in builds for n in names)
         bad = [n for n in only if n not in known]
         if bad:
             for *_, u in builds:
-                u._MustUse__silence = True
+                not_elaborated(u)
             raise CharacterizeError(f"--only: no instance {', '.join(map(repr, bad))} in the SwiGLU fabric; its "
                                     f"instances: {', '.join(known)}")
     rows = []
     for names, cls, params, u in builds:
         if only is not None and not set(names) & set(only):
-            u._MustUse__silence = True
+            not_elaborated(u)
             continue
         r = _synth(u, _safe(names[0]), workdir, place=True)
         rows.append({"instances": names, "unit": cls, "params": params, **_row_of(r)})
@@ -478,10 +395,42 @@ def merge_rows(rows, path) -> list:
     return sorted(old.values(), key=lambda r: order.get(r["unit"], len(order)))
 
 
-def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=DOCS / "fpga-units.md"):
-    tools = ", ".join(f"{k} {v}" for k, v in tool_versions().items())
-    Path(path).write_text(json.dumps({"tile": tile, "dtype": dtype, "tools": tool_versions(), "units": rows},
-                                     indent=1) + "\n")
+def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=DOCS / "fpga-units.md",
+                notes=NOTES_DOC):
+    """Save the unit table's ``rows`` (``--units``) at ``path`` and write the page from them."""
+    report = {"tile": tile, "dtype": dtype, "tools": tool_versions(), "units": rows}
+    Path(path).write_text(json.dumps(report, indent=1) + "\n")
+    write_units_page(report, doc, notes)
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def unit_notes(notes=NOTES_DOC) -> dict[str, str]:
+    """The unit notes of ``notes`` (``docs/fpga.md``): the ``### <unit>`` headings of its ``## Units under
+    {GOAL_MHZ} MHz`` section, each unit name with its text (empty when the heading has none)."""
+    text = Path(notes).read_text() if Path(notes).exists() else ""
+    out, name, inside = {}, None, False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside, name = line == f"## Units under {GOAL_MHZ} MHz", None
+        elif inside and line.startswith("### "):
+            name = line[4:].strip()
+            out[name] = ""
+        elif inside and name is not None and line.strip():
+            out[name] = (out[name] + " " + line.strip()).strip()
+    return out
+
+
+def write_units_page(report: dict, doc=DOCS / "fpga-units.md", notes=NOTES_DOC) -> None:
+    """The ECP5 unit table of ``doc`` and its "Units under {GOAL_MHZ} MHz" section from a unit report (the dict
+    :func:`write_units` saves: ``tile``, ``dtype``, ``tools``, ``units``), without synthesis; the sections after
+    them (``--floats``, ``--target gw2a-18``, ``--fabric-units``) stay. Each unit under the goal links to its note
+    in ``notes`` (:func:`unit_notes`); a unit without one is named in a warning and in the page."""
+    rows, tile, dtype = report["units"], report["tile"], report["dtype"]
+    tools = ", ".join(f"{k} {v}" for k, v in report["tools"].items())
     total = sum(map(_wall, rows))
     lines = ["# Units on ECP5-85F", "",
              f"Generated by `python -m step_hdl.fpga.characterize --units` ({tools}; {total / 60:.0f} minutes). "
@@ -500,7 +449,9 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
                      f"{r['brams']} | {_timing_cells(r)} |")
         if r["fmax_mhz"] and r["fmax_mhz"] < GOAL_MHZ:
             slow.append(r)
-    lines += ["", f"## Units under {GOAL_MHZ} MHz", "",
+    link = Path(os.path.relpath(Path(notes).resolve(), Path(doc).resolve().parent)).as_posix()
+    section = f"Units under {GOAL_MHZ} MHz"
+    lines += ["", f"## {section}", "",
               "The `pipelined` rows are the builds of a fabric with `pipeline` (`Fabric.pipeline`, `--pipeline`: "
               "the function stages, the buffer's SRAM output register and the linear load's request slice and "
               "registered order-queue head, "
@@ -515,12 +466,21 @@ def write_units(rows, tile=4, dtype="int8", path=HERE / "unit_report.json", doc=
                   f"the others have none.", ""]
     if not slow:
         lines.append("None.")
+    else:
+        lines += [f"Why each is under the goal, and what its pipelined build does about it: the unit's note in "
+                  f"[{section}]({link}#{_anchor(section)}).", ""]
+    have = unit_notes(notes)
     for r in slow:
-        note = NOTES.get(r["unit"])
-        if note is None:
-            _say(f"warning: {r['unit']} is under {GOAL_MHZ} MHz and has no note in characterize.NOTES")
-            note = "(no note yet)"
-        lines.append(f"* **{r['unit']}** ({r['fmax_mhz']} MHz): {note}")
+        cp = r["critical_path"]
+        head = f"* **{r['unit']}** ({r['fmax_mhz']} MHz" + (f", `{cp['start']}` -> `{cp['end']}`" if cp else "")
+        if have.get(r["unit"]):
+            lines.append(f"{head}): [note]({link}#{_anchor(r['unit'])})")
+        else:
+            _say(f"warning: {r['unit']} is under {GOAL_MHZ} MHz and has no note in {notes} (a '### {r['unit']}' "
+                 f"heading with its text under '## {section}')")
+            lines.append(f"{head}): no note in `{link}` yet")
+    for name in sorted(set(have) - {r["unit"] for r in slow}):
+        _say(f"warning: {notes} has a note for {name}, which is not a unit under {GOAL_MHZ} MHz in the report")
     old = Path(doc).read_text() if Path(doc).exists() else ""
     cut = min([old.index(m) for m in ("\n## Float units", "\n## Gowin GW2A-18") if m in old] or [len(old)])
     Path(doc).write_text("\n".join(lines) + "\n" + old[cut:])     # --floats' and --target's sections stay
@@ -629,7 +589,7 @@ def run_float_units(tile=4, workdir=None, checkpoint=None, timeout_min=None) -> 
     done = {(r["unit"], r["dtype"]) for r in rows}      # resume an interrupted run
     for name, dt, u in float_units(tile):
         if (name, dt) in done:
-            u._MustUse__silence = True
+            not_elaborated(u)
             continue
         t0 = time.perf_counter()
         stopped = []
@@ -845,6 +805,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="store_true", help="resource sweep -> fpga/cost_table.json")
     ap.add_argument("--units", action="store_true", help="per-unit report at 4x4 int8 -> docs/fpga-units.md")
+    ap.add_argument("--units-page", action="store_true",
+                    help="docs/fpga-units.md's ECP5 table and slow-unit links again from fpga/unit_report.json, "
+                         "without synthesis (after editing the unit notes in docs/fpga.md)")
     ap.add_argument("--target", default="ecp5-85f", choices=("ecp5-85f", "gw2a-18"),
                     help="--units on this FPGA (gw2a-18: its own section of docs/fpga-units.md)")
     ap.add_argument("--only", nargs="+", metavar="UNIT", default=None,
@@ -879,7 +842,7 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     """What :func:`main`'s arguments ask for; a request it cannot carry out raises :class:`CharacterizeError`."""
     if not (args.sweep or args.units or args.fabric or args.baseline or args.calibrate or args.floats
-            or args.fabric_units):
+            or args.fabric_units or args.units_page):
         args.sweep = args.units = args.calibrate = args.fabric = True
     if args.only and args.units and args.fabric_units:
         raise CharacterizeError("--only names units of the table (--units) or instances of the fabric "
@@ -896,6 +859,8 @@ def _run(args) -> int:
         if args.only:
             rows = merge_rows(rows, report)
         (write_units_gowin if gowin else write_units)(rows)
+    if args.units_page:
+        write_units_page(json.loads((HERE / "unit_report.json").read_text()))
     if args.floats:
         write_float_units(run_float_units(workdir=args.workdir, checkpoint=args.checkpoint,
                                           timeout_min=args.unit_timeout))

@@ -23,7 +23,7 @@ boundaries), by a ratio calibrated on one synthesized fabric
 (``python -m step_hdl.fpga.characterize --calibrate``: SwiGLU on 2x2 tiles)
 and checked on another (4x4, ``--fabric``).
 
-Resources are in :class:`~step_hdl.fpga.ecp5.SynthReport` units (``synth_luts``:
+Resources are in :class:`~step_hdl.fpga.tools.SynthReport` units (``synth_luts``:
 LUT4 equivalents after synthesis).
 """
 
@@ -151,7 +151,7 @@ def estimate(design, table: dict | None = None, target: str = "ecp5-85f", exclud
         ``soft_multipliers``, ``units``/``queues``: the per-item estimates, and
         ``not_estimated``: what the table has no entry for (tile pools).
     """
-    from .ecp5 import TARGETS
+    from .tools import TARGETS
     table = table or load_table()
     fab = design.fabric
     totals = dict.fromkeys(("luts", "ffs", "dsps", "brams", "lutrams"), 0.0)

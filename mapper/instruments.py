@@ -19,6 +19,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .design import COUNTER_BITS
+from step_hdl.units.base import not_elaborated
 
 __all__ = ["Instruments"]
 
@@ -70,7 +71,7 @@ class Instruments(wiring.Component):
                    if self.sources.get("cycles", ("",))[0] != "count" else
                    f"sampled counters that are not counters: {', '.join(missing[:5])}" if missing else None)
         if problem:
-            self._MustUse__silence = True   # no 'created but never used' warning for a rejected component
+            not_elaborated(self)  # no 'created but never used' warning for a rejected component
             raise ValueError(f"Instruments: {problem}")
 
         def count(kind):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from step_hdl.graph import Graph
 from step_hdl.types import Index, Tile, dtype as make_dtype
-from step_hdl.units.base import hw_port
+from step_hdl.units.base import hw_port, not_elaborated
 from step_hdl.units.params import ParamError
 from step_hdl.units.pool import TilePoolParams
 
@@ -106,7 +106,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
                          f"(reconvergent fan-out; fine when the paths are balanced)")
         edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
     for made_unit in made.values():
-        made_unit._MustUse__silence = True
+        not_elaborated(made_unit)
     design = Design(name, fabric, tuple(units), tuple(edges), watchdog=fabric.watchdog, sinks=tuple(sinks),
                     pools=tuple(_pool_spec(p, fabric, made, node_unit) for p in pools))
     built_units(design, made)
@@ -165,6 +165,17 @@ def tensor_layout(graph: Graph, tiles: dict, word: int, tile: int, bindings=None
         tensors[tname] = (addr, rows, cols, spec.dtype.name)
         addr += -(-(rows // pr) * (cols // pc) * tb // word) * word
     return tensors
+
+
+def offchip_layout(graph: Graph, tile: int, bindings=None) -> dict | None:
+    """Tensor name -> byte address of ``graph``'s (lowered) tensors, as :func:`configure` lays them out
+    (:func:`tensor_layout` with the memory word of :func:`memory_word`), or None when no off-chip unit
+    touches one; a :class:`FabricError` for a tensor that cannot be laid out."""
+    tiles = tensor_tiles(graph)
+    word = memory_word(graph, tiles)
+    if not word:
+        return None
+    return {name: addr for name, (addr, *_) in tensor_layout(graph, tiles, word, tile, bindings).items()}
 
 
 def tensor_tiles(graph: Graph) -> dict:

@@ -15,9 +15,11 @@ import numpy as np
 from step_hdl.units.layout import tile_format
 from step_hdl.units.memport import pack_tensor, unpack_tensor
 
-from .fabric import Fabric, fabric_for
 from .design import Design, Program
+from .fabric import Fabric
+from .lower import Lowered, lower, run_passes
 from .plan import plan
+from .sizing import FitFabric
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Prepared:
     outputs: dict                    # name -> (first word, words)
     expected: dict                   # name -> numpy array (reference interpreter)
     reference_bytes: int             # off-chip bytes the interpreter moved
-    lowered: object = None
+    lowered: Lowered | None = None   # the lowering the plan came from (the model times the same)
 
     def depth(self) -> int:
         return 1 << max(4, (len(self.image) - 1).bit_length())
@@ -47,14 +49,15 @@ class Prepared:
         return tensor_words(self.program, name, self.expected[name])
 
 
-def _fmt(program: Program, name: str):
+def token_format(program: Program, name: str):
+    """The token format of tensor ``name``'s physical tiles in ``program``."""
     return tile_format(program.tensors[name][3], *program.tiles[name])
 
 
 def tensor_words(program: Program, name: str, arr) -> list[int]:
     """Memory words of tensor ``name`` holding ``arr``: its tiles in order, ``word_bytes // tile bytes`` per
     word (the first in the low bits), the last word padded with zeros."""
-    fmt = _fmt(program, name)
+    fmt = token_format(program, name)
     tiles = pack_tensor(arr, fmt)
     per = program.word_bytes * 8 // fmt.width
     return [sum(t << (fmt.width * j) for j, t in enumerate(tiles[i:i + per])) for i in range(0, len(tiles), per)]
@@ -62,7 +65,7 @@ def tensor_words(program: Program, name: str, arr) -> list[int]:
 
 def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
     """Inverse of :func:`tensor_words`."""
-    fmt = _fmt(program, name)
+    fmt = token_format(program, name)
     rows, cols = program.tensors[name][1:3]
     per = program.word_bytes * 8 // fmt.width
     mask = (1 << fmt.width) - 1
@@ -70,14 +73,21 @@ def tensor_of_words(program: Program, name: str, words) -> np.ndarray:
     return unpack_tensor(tiles, rows, cols, fmt)
 
 
-def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_passes: bool = False,
-            dtype: str | None = None) -> Prepared:
-    """Lower ``workload`` (a :class:`~step_hdl.workloads.base.Workload`) onto ``fabric`` (or a tile size)."""
+def lowered_for(workload, fabric: Fabric | FitFabric, check_passes: bool = False) -> Lowered:
+    """``workload``'s graph lowered onto ``fabric`` (a :class:`Fabric`, or a :class:`FitFabric` sized to fit
+    with the workload's element type and dynamic sizes); with ``check_passes`` the interpreter checks every
+    pass."""
+    return lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams,
+                 dtype=workload.dtype.name, bindings=workload.subs)
+
+
+def prepare(workload, fabric: Fabric | FitFabric | Lowered, name: str | None = None,
+            check_passes: bool = False) -> Prepared:
+    """Lower ``workload`` (a :class:`~step_hdl.workloads.base.Workload`) onto ``fabric`` (or take its lowering,
+    a :class:`Lowered` of its graph), plan it, lay out its memory image and run the interpreter for the
+    outputs to check."""
     from step_hdl.interp import run as interp_run
-    from .lower import lower
-    dt = dtype or workload.dtype.name
-    lo = lower(workload.graph, fabric, workload.tensors if check_passes else None, workload.streams, dtype=dt,
-               bindings=workload.subs)
+    lo = fabric if isinstance(fabric, Lowered) else lowered_for(workload, fabric, check_passes)
     fab = lo.fabric
     ref = interp_run(workload.graph, workload.tensors, workload.streams)
     # selector sources: this program's masks (configuration data), as the interpreter produced them
@@ -89,7 +99,7 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     for tname, (addr, rows, cols, tdt) in program.tensors.items():
         arr = workload.tensors.get(tname)
         if arr is None:
-            arr = np.zeros((rows, cols), dtype=_fmt(program, tname).dtype.numpy)
+            arr = np.zeros((rows, cols), dtype=token_format(program, tname).dtype.numpy)
         first = addr // program.word_bytes
         image += [0] * (first - len(image))
         words = tensor_words(program, tname, arr)
@@ -99,16 +109,12 @@ def prepare(workload, fabric: Fabric | int = 4, name: str | None = None, check_p
     return Prepared(design, program, image, outputs, {t: ref.memory[t] for t in outputs}, ref.offchip_bytes, lo)
 
 
-def shared_fabric(workloads, tile: int, dtype: str | None = None, **overrides) -> Fabric:
-    """One fabric that fits every workload's lowered graph: a sweep then needs one build.
+def shared_fabric(workloads, fabric: FitFabric) -> Fabric:
+    """One fabric that fits every workload's lowered graph (each sized by ``fabric``, then merged,
+    :meth:`Fabric.merge`): a sweep then needs one build.
 
     The lowered graphs must have the same structure (they do for a tile-size
     sweep of one schedule); :func:`prepare` with this fabric raises otherwise.
     """
-    from .fabric import merge
-    from .tiling import tile_physical
-    fabs = []
-    for w in workloads:
-        dt = dtype or w.dtype.name
-        fabs.append(fabric_for(tile_physical(w.graph, tile), tile, dt, bindings=w.subs, **overrides))
-    return merge(fabs)
+    return Fabric.merge(fabric.size(run_passes(w.graph, fabric.tile, fabric.dtype or w.dtype.name)[-1][1],
+                                    w.dtype.name, w.subs) for w in workloads)

@@ -4,7 +4,7 @@ A fabric has many units of one design: the same class and structural parameters,
 settings in configuration registers. Converting each instance on its own writes the same module once per
 instance (and Verilator compiles each). Instead, :class:`SharedUnit` stands in for an instance inside the
 top level: it has the unit's ports and attributes, and elaborates to an ``Instance`` of the design's one
-module (converted once, by :func:`step_hdl.sim.fabric.unit_modules`). The module's ports are the unit's
+module (converted once, by :func:`step_hdl.mapper.verilog.unit_modules`). The module's ports are the unit's
 signature flattened with ``__`` (Amaranth's own naming), plus ``clk`` and ``rst`` where the design is
 clocked.
 """

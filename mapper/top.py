@@ -59,6 +59,7 @@ from step_hdl.units.stream import Queue
 from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
 from .instruments import Instruments
 from .shared import SharedUnit
+from step_hdl.units.base import not_elaborated
 
 
 #: handshakes OR-ed into one registered activity flag (the watchdog's first stage)
@@ -142,7 +143,7 @@ class FabricTop(wiring.Component):
         for e in d.edges:
             q = Queue(getattr(units[e.src], e.src_port).payload.shape(), e.depth)
             if e.label in shared_queues:
-                q._MustUse__silence = True      # its module is converted once per width and depth
+                not_elaborated(q)  # its module is converted once per width and depth
                 q = SharedUnit(q, *shared_queues[e.label])
             m.submodules[f"q_{e.label.replace('.', '__')}"] = q
             src, dst = getattr(units[e.src], e.src_port), getattr(units[e.dst], e.dst_port)

@@ -1,8 +1,8 @@
 """A simulation-only DRAM model with channels, latency, bandwidth and an in-flight limit.
 
 :class:`DramModel` serves several memory ports (:mod:`step_hdl.units.memport`)
-from one word array, with the timing of :class:`step_hdl.sim.dram_timing.DramParams`
-(the approximate model's :class:`~step_hdl.sim.dram_timing.Dram` uses the same
+from one word array, with the timing of :class:`step_hdl.sim.model.dram.DramParams`
+(the approximate model's :class:`~step_hdl.sim.model.dram.Dram` uses the same
 parameters with the same meaning). It is meant for long fabric-level runs: the
 workload's tensors are loaded through a backdoor, the run needs no per-cycle
 work from the testbench, and results are read back through a second backdoor.
@@ -21,8 +21,9 @@ from amaranth.lib.wiring import In, Out
 from step_hdl.units.memport import BurstSplitter, MemPortShape, MemPortSignature
 from step_hdl.units.params import ParamError, positive
 
-from .dram_timing import DramParams
+from step_hdl.sim.model.dram import DramParams
 from .faults import DramFaults, coin
+from step_hdl.units.base import not_elaborated
 
 __all__ = ["ARRAY_MODULE", "ARRAY_VERILOG", "IMAGE_PLUSARG", "MAX_INTERVAL", "MAX_LATENCY", "DramModel"]
 
@@ -214,7 +215,7 @@ class DramModel(wiring.Component):
     (in-flight limit) and, per port, one request per cycle.
 
     These rules are what the approximate
-    :class:`~step_hdl.sim.dram_timing.Dram` times, transfer by transfer: the
+    :class:`~step_hdl.sim.model.dram.Dram` times, transfer by transfer: the
     same block-to-channel interleaving, one block per channel every
     ``interval`` cycles, completion ``latency`` cycles after issue, each port
     on its own. What a real HBM controller does and this model leaves out:
@@ -271,7 +272,7 @@ class DramModel(wiring.Component):
                     raise ParamError(f"{owner}: init word {i} is not a {shape.data_bits}-bit unsigned "
                                      f"integer: {w!r}")
         except ParamError:
-            self._MustUse__silence = True   # no 'created but never used' warning for a rejected component
+            not_elaborated(self)  # no 'created but never used' warning for a rejected component
             raise
         self.shape, self.ports, self.params = shape, ports, params
         self.depth, self.init, self.resp_depth = depth, init, resp_depth

@@ -35,12 +35,11 @@ from pathlib import Path
 
 from step_hdl.errors import OutputError
 from step_hdl.mapper.design import buffer_bytes, built_units
-from step_hdl.mapper.top import FabricTop
+from step_hdl.mapper.verilog import fabric_verilog
 
 from .dram import IMAGE_PLUSARG
-from .dram_timing import DRAM_PRESETS
-from .fabric import unit_modules, verilog_for, write_image
-from .rtl import to_verilog
+from step_hdl.sim.model.dram import DramParams
+from .fabric import verilog_for, write_image
 
 RUNNER = '''\
 """Run this folder's cocotb testbench: python run.py [--sim verilator|icarus] [--waves].
@@ -143,19 +142,16 @@ def check_output_dir(out_dir, force: bool = False) -> Path:
     return out
 
 
-def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = False) -> dict:
+def build(prep, out_dir, dram: DramParams, synth_top: bool = True, force: bool = False) -> dict:
     """Write the files above for a :class:`~step_hdl.mapper.prepare.Prepared` program into ``out_dir`` (see
     :func:`check_output_dir`); return the report, which lists the files written."""
     out = check_output_dir(out_dir, force)
     (out / MARKER).write_text("written by step-hdl build; a later build may write this folder again\n")
-    dram_p = DRAM_PRESETS[dram] if isinstance(dram, str) else dram
     design = prep.design
-    harness_text, top_name, _ = verilog_for(design, dram_p, prep.depth())
+    harness_text, top_name, _ = verilog_for(design, dram, prep.depth())
     (out / "harness.v").write_text(harness_text)
     if synth_top:       # one module per distinct unit design, as in the harness (its own copy: a file alone)
-        modules, unit_text = unit_modules(design)
-        (out / "top.v").write_text(to_verilog(FabricTop(design, counters=False, shared=modules),
-                                              f"{top_name}_top") + unit_text)
+        (out / "top.v").write_text(fabric_verilog(design, f"{top_name}_top"))
     # the cocotb test module, copied as a file (importing it would import cocotb)
     shutil.copyfile(Path(__file__).with_name("cocotb_fabric.py"), out / "test_fabric.py")
     # the word array starts from the image file (sim.dram.ARRAY_VERILOG), not a word a cycle through the backdoor
@@ -165,7 +161,7 @@ def build(prep, out_dir, dram="paper", synth_top: bool = True, force: bool = Fal
     (out / "run.py").write_text(RUNNER.format(top=top_name, plusarg=IMAGE_PLUSARG))
     (out / "fabric.json").write_text(design.fabric.dumps())
     (out / "design.json").write_text(json.dumps(design.to_json(), indent=1))
-    report = mapping_report(prep, top_name, dram_p)
+    report = mapping_report(prep, top_name, dram)
     (out / "mapping.json").write_text(json.dumps(report, indent=1))
     (out / "config.json").write_text(json.dumps(config_report(prep), indent=1))
     (out / "lowered.dot").write_text(prep.lowered.graph.to_dot())

@@ -13,8 +13,6 @@ and compared with the interpreter. A hang is reported as a
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 import tempfile
 import time
@@ -34,10 +32,13 @@ from step_hdl.mapper.top import FabricTop
 from step_hdl.mapper.prepare import Prepared, tensor_of_words
 
 from .dram import ARRAY_VERILOG, IMAGE_PLUSARG, DramModel
-from .dram_timing import DRAM_PRESETS, DramParams
+from step_hdl.sim.model.dram import DramParams
 from .faults import DramFaults
-from .ticker import Ticker
-from .rtl import RtlError, build_root, to_verilog
+from step_hdl.ticker import Ticker
+from step_hdl.units.verilog import build_root, submodule, to_verilog, write_whole
+from step_hdl.mapper.verilog import unit_modules
+
+from .rtl import RtlError
 
 BACKENDS = ("amaranth", "verilator", "icarus")
 #: the sampler's ports (``FabricTop(samples=N)``), passed through the harness
@@ -161,6 +162,7 @@ class RtlResult:
     differ: dict = field(default_factory=dict)       # name -> (k, 2) array of (row, col) where it differs
     problems: list = field(default_factory=list)     # status flags raised: overflowed buffers, starved pools
     waves: str = ""                                  # the waveform file written (run(waves=True)), else ""
+    verilog_s: float = 0.0                           # of build_s: generating the Verilog (0: it was cached)
     #: with run(samples=N): {"every", "capacity", "names", "rows", "final"}: the counters of
     #: ``Design.sample_names`` every ``every`` cycles (cumulative, one row per sample) and at the end
     timeline: dict = field(default_factory=dict)
@@ -279,7 +281,7 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
 
 # ----------------------------------------------------------------------------- back-ends
 
-def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "paper", max_cycles: int = 50_000_000,
+def run(prep: Prepared, backend: str, dram: DramParams, max_cycles: int = 50_000_000,
         progress: bool = False, waves: bool = False, raise_on_hang: bool = True,
         faults: DramFaults | None = None, samples: int = 0, sample_every: int = 0, shared: bool = True) -> RtlResult:
     """Simulate a prepared program; returns the measured :class:`RtlResult`.
@@ -296,10 +298,6 @@ def run(prep: Prepared, backend: str = "verilator", dram: DramParams | str = "pa
     if bool(samples) != bool(sample_every):
         raise RtlError(f"samples ({samples}) and sample_every ({sample_every}) go together: both 0, or both > 0")
     sampling = (samples, sample_every)
-    if isinstance(dram, str):
-        if dram not in DRAM_PRESETS:
-            raise RtlError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
-        dram = DRAM_PRESETS[dram]
     if backend == "amaranth":
         return _run_amaranth(prep, dram, max_cycles, progress, waves, raise_on_hang, faults, sampling)
     if backend not in BACKENDS:
@@ -406,7 +404,7 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
     name = f"step_{key}"
     # the file is also keyed by the generator's source, so a changed module never reuses stale Verilog
-    path = build_root() / "verilog" / f"{name}-{_source_fingerprint()}.v"
+    path = build_root() / "verilog" / f"{name}-{fingerprint(GENERATOR_MODULES)}.v"
     if path.exists():
         return path.read_text(), name, 0.0
     t0 = time.time()
@@ -418,73 +416,16 @@ def verilog_for(design: Design, dram: DramParams, depth: int,
     from step_hdl.mapper.shared import module_ports
     bank = harness.top.instruments
     bank_name = f"instruments_{bank.key()}"
-    bank_text = _submodule(to_verilog(bank, bank_name))
+    bank_text = submodule(to_verilog(bank, bank_name))
     harness.top.shared["instruments"] = (bank_name, module_ports(bank_text, bank_name))
     text = to_verilog(harness, name) + unit_text + bank_text + ARRAY_VERILOG
-    _write_whole(path, text)
+    write_whole(path, text)
     return text, name, time.time() - t0
 
 
-def _submodule(text: str) -> str:
-    """Converted Verilog of a module the top level instantiates: not marked as a top itself."""
-    return re.sub(r"^\(\*\s*top\s*=\s*1\s*\*\)\s*\n", "", text, flags=re.M)
-
-
-def unit_modules(design: Design) -> tuple[dict, str]:
-    """``(shared, Verilog)`` for :class:`FabricTop`'s ``shared``: one module per distinct unit design of
-    ``design`` (:mod:`step_hdl.mapper.shared`) and one per FIFO width and depth, each converted once and
-    cached by what it is and the generator's source, so designs that share a unit design share its
-    conversion too."""
-    from amaranth.hdl import Shape
-    from step_hdl.mapper.design import built_units
-    from step_hdl.mapper.shared import design_groups, module_name, module_ports
-    from step_hdl.units.stream import Queue
-    units = built_units(design)
-    shared: dict = {"units": {}, "queues": {}}
-    texts = []
-    source = _source_fingerprint()      # hashes every generator source file: once, not per module
-
-    def module(mod: str, make) -> frozenset:
-        path = build_root() / "verilog" / "units" / f"{mod}-{source}.v"
-        if path.exists():
-            text = path.read_text()
-        else:
-            text = _submodule(to_verilog(make(), mod))
-            _write_whole(path, text)
-        texts.append(text)
-        return module_ports(text, mod)
-    for specs in design_groups(design.units):
-        mod = module_name(specs[0])
-        ports = module(mod, lambda: units[specs[0].name])
-        for spec in specs:
-            shared["units"][spec.name] = (mod, ports)
-    queues: dict = {}
-    for e in design.edges:
-        shape = getattr(units[e.src], e.src_port).payload.shape()
-        queues.setdefault((Shape.cast(shape).width, e.depth), (shape, []))[1].append(e.label)
-    for (width, depth), (shape, labels) in queues.items():
-        mod = f"queue_w{width}_d{depth}"
-        ports = module(mod, lambda: Queue(shape, depth))
-        for label in labels:
-            shared["queues"][label] = (mod, ports)
-    return shared, "".join("\n" + t for t in texts)
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``text`` under another name first: a process reading the cache never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-#: the Verilog generator: the harness, the DRAM model and the top level; with everything they import (the
-#: units, the bit-exact constants of ``step_hdl.functions``, ...) they make the cache key's source part
+#: the harness's Verilog generator: the harness, the DRAM model and the top level; with everything they import
+#: (the units, the bit-exact constants of ``step_hdl.functions``, ...) they make the cache key's source part
 GENERATOR_MODULES = ("step_hdl.sim.fabric", "step_hdl.sim.dram", "step_hdl.mapper.top")
-
-
-def _source_fingerprint() -> str:
-    return fingerprint(GENERATOR_MODULES)
 
 
 def write_image(path: Path, words) -> None:
@@ -518,5 +459,6 @@ def _run_cocotb(prep, backend, dram, max_cycles, progress, waves, raise_on_hang,
     out = _finish(prep, backend, res["status"], res["counters"], words, wall - build_s - gen_s,
                   build_s + gen_s, raise_on_hang, res.get("run_s", 0.0))
     out.waves = res.get("waves", "")
+    out.verilog_s = gen_s
     out.timeline = _timeline(prep.design, sampling, [int(r, 16) for r in res.get("samples", [])], res["counters"])
     return out

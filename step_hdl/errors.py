@@ -62,6 +62,23 @@ def read_text(path, what: str, error=None) -> str:
             from None
 
 
+def check_writable(path, option: str) -> None:
+    """An :class:`OutputError` for an output file that cannot be written (a folder, a missing or read-only
+    folder), raised before any work; ``-`` (stdout) and None pass. ``option`` names the argument."""
+    import os
+    from pathlib import Path
+    if path is None or path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"{option} {path}: is a folder; expected a file name")
+    parent = p.parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{option} {path}: the folder {parent} is not writable")
+
+
 def where(kind: str, name: str, port: str | None = None) -> str:
     """The ``Kind 'name'`` (or ``Kind 'name' port 'p'``) prefix of an error message."""
     return f"{kind} '{name}'" + (f" port '{port}'" if port else "")

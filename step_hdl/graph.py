@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from .cycles import cycles
 from .errors import StepGraphError, StepTypeError
 from .functions import Fn, fn as make_fn
 from .ops import OPS, Feedback, Op, StreamRef
@@ -287,86 +288,13 @@ class Graph:
         return succ
 
     def _cycles(self) -> list[list[str]]:
-        """Strongly connected components with a cycle (Tarjan), each in graph order."""
-        succ = self._succ()
-        index, low, stack, on, out = {}, {}, [], set(), []
-        counter = [0]
-
-        def visit(v):
-            work = [(v, iter(succ[v]))]
-            index[v] = low[v] = counter[0]
-            counter[0] += 1
-            stack.append(v)
-            on.add(v)
-            while work:
-                node, it = work[-1]
-                nxt = next(it, None)
-                if nxt is None:
-                    work.pop()
-                    if work:
-                        low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                    if low[node] == index[node]:
-                        comp = []
-                        while True:
-                            w = stack.pop()
-                            on.discard(w)
-                            comp.append(w)
-                            if w == node:
-                                break
-                        if len(comp) > 1 or node in succ[node]:
-                            order = list(self.nodes)
-                            out.append(sorted(comp, key=order.index))
-                elif nxt not in index:
-                    index[nxt] = low[nxt] = counter[0]
-                    counter[0] += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(succ[nxt])))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-
-        for v in self.nodes:
-            if v not in index:
-                visit(v)
-        return out
+        """The strongly connected components with a cycle, each in graph order."""
+        return cycles(self._succ())
 
     def cyclic_nodes(self) -> frozenset:
         """Names of the nodes on a cycle (closed with :meth:`feedback` and :meth:`bind`): the strongly
-        connected components of more than one node (Kosaraju, iterative)."""
-        succ: dict = {n: [] for n in self.nodes}
-        pred: dict = {n: [] for n in self.nodes}
-        for ref, consumer, _ in self.edges():
-            succ[ref.node.name].append(consumer)
-            pred[consumer].append(ref.node.name)
-        order, seen = [], set()
-        for start in self.nodes:
-            if start in seen:
-                continue
-            seen.add(start)
-            stack = [(start, iter(succ[start]))]
-            while stack:
-                node, it = stack[-1]
-                nxt = next((m for m in it if m not in seen), None)
-                if nxt is None:
-                    order.append(node)
-                    stack.pop()
-                else:
-                    seen.add(nxt)
-                    stack.append((nxt, iter(succ[nxt])))
-        comp: dict = {}
-        for root in reversed(order):
-            if root in comp:
-                continue
-            comp[root], todo = root, [root]
-            while todo:
-                for m in pred[todo.pop()]:
-                    if m not in comp:
-                        comp[m] = root
-                        todo.append(m)
-        sizes: dict = {}
-        for n, r in comp.items():
-            sizes[r] = sizes.get(r, 0) + 1
-        return frozenset(n for n, r in comp.items() if sizes[r] > 1)
+        connected components of more than one node."""
+        return frozenset(n for comp in cycles(self._succ()) if len(comp) > 1 for n in comp)
 
     def topological_order(self) -> list[Op]:
         """Nodes in dependency order; edges out of a Feedback (cycle back edges) are ignored."""

@@ -161,7 +161,7 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
         names the nodes that ran. A long loop of pure computation may need more.
     """
     graph.validate()
-    bind = _bindings(graph, tensors or {}, bindings or {})
+    bind = bindings_of(graph, tensors or {}, bindings or {})
     memory = Memory(graph, tensors or {})
     memory.allocate(bind)
     ctx = Context(memory, streams or {}, bind, random.Random(seed) if seed is not None else None)
@@ -250,7 +250,9 @@ def _deadlock(live, channels) -> StepDeadlockError:
                              blocked, pending)
 
 
-def _bindings(graph: Graph, tensors: dict, user: dict) -> dict:
+def bindings_of(graph: Graph, tensors: dict, user: dict) -> dict:
+    """The values of ``graph``'s dynamic sizes: the ``user``'s bindings (name or symbol -> integer) and the
+    sizes the input ``tensors``' shapes give."""
     bind: dict = {}
     for k, v in user.items():
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):

@@ -1,4 +1,6 @@
-"""Shared fixtures: access to the real traces in ../shared/traces (skipped when absent)."""
+"""Shared fixtures: access to the real traces in ../shared/traces (skipped when absent), the RTL back-end of the
+unit tests (``--sim``), and the ``needs(tool)`` marker: a test that needs a system tool skips, naming its install
+step, where it is absent (``tests/tools.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import pytest
 from step_hdl.workloads.traces import TraceNotFound, kv_traces, routing_trace
 
 from helpers import REDUCED, SWEEP
+from tools import require, require_backend
 
 
 @pytest.fixture(scope="session")
@@ -49,5 +52,11 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def sim_backend(request):
-    """The back-end chosen with --sim."""
-    return request.config.getoption("--sim")
+    """The back-end chosen with --sim (a skip naming the install step when its tool is absent)."""
+    return require_backend(request.config.getoption("--sim"))
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs"):
+        for tool in mark.args:
+            require(tool)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from step_hdl.flow import model, prepare, run_rtl
-from step_hdl.sim.bounds import cycle_bound
+from step_hdl.sim.model.bounds import cycle_bound
 from step_hdl.workloads import swiglu
 
 

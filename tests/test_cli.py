@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from step_hdl.cli import main
+from step_hdl.flow.cli import main
 
 
 def run_cli(capsys, *argv):
@@ -55,7 +55,7 @@ def test_bad_parameters_give_a_clear_error(capsys):
 
 
 def test_console_script_installed():
-    out = subprocess.run([sys.executable, "-m", "step_hdl.cli", "metrics", "swiglu", "--json"],
+    out = subprocess.run([sys.executable, "-m", "step_hdl.flow.cli", "metrics", "swiglu", "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["offchip_bytes"] > 0
 
@@ -146,7 +146,7 @@ def test_help_imports_neither_sympy_nor_amaranth():
     (whose unit list reads the hardware library) leaves the heavy libraries unimported (issue 24)."""
     import subprocess
     import sys
-    code = ("import sys; from step_hdl.cli import parser; parser('sim'); "
+    code = ("import sys; from step_hdl.flow.cli import parser; parser('sim'); "
             "print(sorted(m for m in ('sympy', 'amaranth', 'step_hdl.graph') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -156,11 +156,11 @@ def test_help_imports_neither_sympy_nor_amaranth():
 def test_every_command_defaults_to_the_same_hardware(workload):
     """``model``, ``metrics``, ``run``, ``sim``, ``build`` and ``synth`` on the same arguments: int16 elements on
     4x4 physical tiles (the fabric the RTL builds), not fp32 here and int8 there (issue 24)."""
-    from step_hdl.cli import parser
+    from step_hdl.flow.cli import _target, parser
     seen = set()
     for command in ("metrics", "run", "model", "sim", "build", "synth"):
         args = parser(command).parse_args([command, workload])
-        seen.add((args.dtype, getattr(args, "phys_tile", 4)))
+        seen.add((args.dtype, _target(args).tile if hasattr(args, "phys_tile") else 4))
     assert seen == {("int16", 4)}
 
 

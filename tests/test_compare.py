@@ -1,4 +1,4 @@
-"""sim.compare: statistics, the `step-hdl compare` command, and the model against measured RTL cycles."""
+"""flow.compare: statistics, the `step-hdl compare` command, and the model against measured RTL cycles."""
 
 import json
 from pathlib import Path
@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from step_hdl.cli import main
-from step_hdl.sim.compare import (SWEEPS, CompareError, Point, compare, load_rtl_json, mape, model_cycles,
+from step_hdl.flow.cli import main
+from step_hdl.flow.compare import (SWEEPS, CompareError, Point, compare, load_rtl_json, mape, model_cycles,
                                   paper_points, pearson, point_workload, swiglu_points, workload_label)
 
-# SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact:
-# `python bench/rtl_sim.py --tiles 16 --sweep` (Verilator), 2026-12-02 (MatMul units summing their k-runs,
-# on-chip buffers that stream).
+# SwiGLU B=64 H=256 I=512 int16 on 16x16 physical tiles, DRAM preset 'paper', every point bit-exact
+# (Verilator, 2026-12-02: MatMul units summing their k-runs, on-chip buffers that stream; `step-hdl compare
+# swiglu` measures the sweep again).
 # (tile_b, tile_inter) -> cycles
 RTL_SWIGLU_16 = {
     (16, 16): 16660, (16, 32): 14612, (16, 64): 13616, (16, 128): 13164, (16, 256): 13028,
@@ -60,42 +60,30 @@ def test_bad_measurements_are_refused(bad, msg):
 
 
 def test_load_rtl_json_accepts_every_form(tmp_path):
-    legacy = [{"tile_b": 16, "tile_inter": 16, "cycles": 5}, {"tile_b": 16, "tile_inter": 32, "status": "hung",
-                                                              "cycles": 9}]
-    (tmp_path / "a.json").write_text(json.dumps(legacy))
-    (tmp_path / "b.json").write_text(json.dumps({"sweep": legacy}))
     new = _pts({(4, 4): 7})
+    (tmp_path / "b.json").write_text(json.dumps(new))
     (tmp_path / "c.json").write_text(json.dumps({"points": new}))
-    made = lambda tb, ti: swiglu_points((32, 64, 64), 16)[0]        # noqa: E731
-    a = load_rtl_json(tmp_path / "a.json", made)
-    assert a == load_rtl_json(tmp_path / "b.json", made) and len(a) == 1 and a[0]["rtl_cycles"] == 5
-    assert load_rtl_json(tmp_path / "c.json") == new
+    assert load_rtl_json(tmp_path / "b.json") == load_rtl_json(tmp_path / "c.json") == new
     (tmp_path / "d.json").write_text(json.dumps({"other": 1}))
-    with pytest.raises(CompareError, match="expected a list of points or an object with a 'points' or 'sweep'"):
+    with pytest.raises(CompareError, match="expected a list of points or an object with a 'points' list"):
         load_rtl_json(tmp_path / "d.json")
     (tmp_path / "e.json").write_text("[{")
     with pytest.raises(CompareError, match="e.json is not valid JSON"):
         load_rtl_json(tmp_path / "e.json")
-    with pytest.raises(CompareError, match="a SwiGLU sweep point .* compare it with 'step-hdl compare swiglu'"):
-        load_rtl_json(tmp_path / "a.json")
 
 
 def test_cli_compare_on_fabricated_rtl(tmp_path, capsys):
     # a small SwiGLU (B=32 H=64 I=64) on 16x16 tiles; the 'RTL' cycles are made up
-    pts = [{"tile_b": 16, "tile_inter": 16, "cycles": 1000}, {"tile_b": 32, "tile_inter": 32, "cycles": 600},
-           {"tile_b": 16, "tile_inter": 64, "cycles": 700}]
+    pts = _pts({(16, 16): 1000, (32, 32): 600, (16, 64): 700})
     path = tmp_path / "rtl.json"
     path.write_text(json.dumps(pts))
     args = ["compare", "swiglu", "--rtl-json", str(path), "--size", "32", "64", "64"]
     assert main(args + ["--json", "--plot", str(tmp_path / "cmp.png")]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [(p["params"]["tile-b"], p["params"]["tile-inter"], p["rtl_cycles"]) for p in out["points"]] == \
-        [(p["tile_b"], p["tile_inter"], p["cycles"]) for p in pts]
-    want = [model_cycles({"workload": "swiglu", "params": {"batch": 32, "hidden": 64, "inter": 64,
-                                                           "tile-b": p["tile_b"], "tile-inter": p["tile_inter"]},
-                          "tile": 16, "dram": "paper"}) for p in pts]
+    assert [p["rtl_cycles"] for p in out["points"]] == [p["rtl_cycles"] for p in pts]
+    want = [model_cycles(p) for p in pts]
     assert [p["model_cycles"] for p in out["points"]] == want
-    assert out["mape_pct"] == pytest.approx(mape([p["cycles"] for p in pts], want), rel=1e-5)
+    assert out["mape_pct"] == pytest.approx(mape([p["rtl_cycles"] for p in pts], want), rel=1e-5)
     assert -1 <= out["pearson"] <= 1
     assert (tmp_path / "cmp.png").stat().st_size > 0
     assert main(args) == 0
@@ -117,7 +105,7 @@ def test_cli_compare_refuses_points_of_another_workload_or_preset(tmp_path, caps
 
 def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch, tmp_path):
     """Without --rtl-json, compare runs the RTL itself (here stubbed: the real sweeps take minutes)."""
-    from step_hdl.sweep import compare as cmp_mod
+    from step_hdl.flow.sweep import compare as cmp_mod
     assert paper_points(tile=4)[:2] == [(4, 4), (4, 8)] and len(paper_points()) == 15
     seen = {}
 
@@ -135,7 +123,11 @@ def test_compare_without_rtl_json_runs_the_rtl_sweep(capsys, monkeypatch, tmp_pa
 
 
 @pytest.mark.parametrize("name, n", [("swiglu", 15), ("swiglu-4", 15), ("moe", 7), ("moe-tm", 3), ("gqa", 3)])
-def test_every_workload_has_a_default_sweep_whose_points_build(name, n):
+def test_every_workload_has_a_default_sweep_whose_points_build(name, n, routing, kv_files):
+    if name.startswith("moe"):
+        routing("mixtral_b64")
+    if name == "gqa":
+        kv_files(16)
     pts = SWEEPS[name]()
     assert len(pts) == n and len({p.key() for p in pts}) == n
     w = point_workload(pts[-1])
@@ -240,7 +232,7 @@ def test_crossval_bench_on_fabricated_rtl(tmp_path, capsys):
 RTL_GQA = {"interleaved": 412, "contiguous": 396, "dynamic": 665}
 
 
-def test_model_tracks_gqa_strategies():
+def test_model_tracks_gqa_strategies(kv_files):
     """Within 8 % on each strategy (measured +0.2 / +7.6 / +6.3 %: the model is high where a region's KV
     blocks follow one another without a gap), the dynamic one too: its regions take a new item only when one of their
     two has been stored and acknowledged, so the dispatch loop's round trip sets its pace. The model counts
@@ -250,8 +242,9 @@ def test_model_tracks_gqa_strategies():
     whole and acknowledges a store a round trip after its data is in, and lays the tensors out where the RTL
     does (before all this: interleaved / contiguous / dynamic +6.2 / +4.3 / -7.2 %, by errors that cancelled
     out: K and V rows on one channel, store acknowledgements before their data)."""
-    from step_hdl.mapper.fusion import chain_latency
+    from step_hdl.mapper.latency import chain_latency
     from step_hdl.mapper.tiling import tile_physical
+    kv_files(16)
     pts = [{**p.to_json(), "rtl_cycles": RTL_GQA[p.params["strategy"]]} for p in SWEEPS["gqa"]()]
     c = compare(pts)
     assert all(abs(p["error_pct"]) <= 8 for p in c.points), [(p["params"]["strategy"], p["error_pct"])

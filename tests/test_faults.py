@@ -16,7 +16,7 @@ import pytest
 
 from step_hdl.flow import prepare, run_rtl
 from step_hdl.sim.dram import DramModel
-from step_hdl.sim.dram_timing import DRAM_PRESETS
+from step_hdl.sim.model.dram import DRAM_PRESETS
 from step_hdl.sim.faults import DramFaults
 from step_hdl.types import dtype as make_dtype
 from step_hdl.units.memport import MemPortShape

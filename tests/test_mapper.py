@@ -4,7 +4,8 @@ import pytest
 
 from step_hdl import fn
 from step_hdl.mapper import lower as lowering
-from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
+from step_hdl.mapper.fabric import Fabric, FabricError
+from step_hdl.mapper.sizing import FitFabric, fabric_for
 from step_hdl.mapper.lower import Pass, PassCheckError, lower
 from step_hdl.workloads import swiglu
 
@@ -53,7 +54,7 @@ def test_a_design_is_hashable(small):
 
 
 def test_lower_sizes_a_fitting_fabric_and_binds_every_node(small):
-    lo = lower(small.graph, 4, small.tensors)
+    lo = lower(small.graph, FitFabric(4), small.tensors)
     assert [name for name, _ in lo.stages] == ["tile_physical"]
     rep = lo.binding.report()
     assert all(u["used"] == u["available"] for u in rep["units"].values())
@@ -68,7 +69,7 @@ def test_graph_that_does_not_fit_says_what_is_missing(small):
                                          r"  the graph needs 3 MatMul unit\(s\) \(gate_proj, up_proj, down_proj\); "
                                          r"the fabric has 0"):
         lower(small.graph, fab)
-    fab = fabric_for(lower(small.graph, 4).graph, 4, map_functions=("matmul", "mul", "requantize"))
+    fab = fabric_for(lower(small.graph, FitFabric(4)).graph, 4, map_functions=("matmul", "mul", "requantize"))
     with pytest.raises(FabricError, match="Map 'silu' needs function 'silu'"):
         lower(small.graph, fab)
 
@@ -87,7 +88,7 @@ def test_a_pass_that_changes_the_result_is_caught(small, monkeypatch):
         return out
     monkeypatch.setattr(lowering, "PASSES", [Pass("broken", broken)])
     with pytest.raises(PassCheckError, match="pass 'broken' changed tensor 'y'"):
-        lower(small.graph, 4, small.tensors)
+        lower(small.graph, FitFabric(4), small.tensors)
 
 
 def test_the_inputs_of_a_reassemble_get_the_deep_fifo():

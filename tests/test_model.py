@@ -9,18 +9,34 @@ from hypothesis import strategies as st
 
 from step_hdl import StepDeadlockError
 from step_hdl.mapper.fifo import fifo_depths
-from step_hdl.sim.dram_timing import DRAM_PRESETS, DramParams
-from step_hdl.sim.model import ModelParams, simulate
+from step_hdl.mapper.lower import lower
+from step_hdl.mapper.sizing import FitFabric
+from step_hdl.sim.model import Model
+from step_hdl.sim.model.dram import DRAM_PRESETS, DramParams
 from step_hdl.workloads import gqa_decode, moe, swiglu
 
-P16 = ModelParams(tile=16)
+PAPER = DRAM_PRESETS["paper"]
+
+
+def timed(program, tile=16, tensors=None, streams=None, dram=PAPER, timing_only=True, depths=None, dtype="int16",
+          fused=True, **fields):
+    """The model of ``program`` (a graph, or a workload: its graph, inputs and dynamic sizes) lowered onto a
+    fabric sized to fit on ``tile`` (with ``fields``), as the flow times a program (``.run()`` for the
+    result)."""
+    graph, bindings = program, {}
+    if not hasattr(program, "nodes"):
+        graph, bindings = program.graph, program.subs
+        tensors = program.tensors if tensors is None else tensors
+        streams = program.streams if streams is None else streams
+    lowered = lower(graph, FitFabric(tile, dtype, fields), dtype=dtype, bindings=bindings)
+    return Model(lowered, dram, tensors, streams, timing_only=timing_only, depths=depths, fused=fused)
 
 
 @pytest.mark.parametrize("tb, ti", [(16, 16), (32, 64), (64, 256)])
 def test_swiglu_timing_only_agrees_with_data_mode(tb, ti):
     w = swiglu(64, 256, 512, tb, ti, "int16")
-    fast = simulate(w.graph, P16, w.tensors)
-    full = simulate(w.graph, P16, w.tensors, timing_only=False)
+    fast = timed(w, 16).run()
+    full = timed(w, 16, timing_only=False).run()
     assert fast.cycles == full.cycles and fast.offchip_bytes == full.offchip_bytes
     assert np.array_equal(full.memory["y"], w.expected["y"])
     assert fast.offchip_bytes == w.run().offchip_bytes
@@ -30,18 +46,18 @@ def test_cycles_respect_bandwidth_and_compute_bounds():
     peak = DRAM_PRESETS["paper"].peak_bytes_per_cycle
     for tb, ti in [(16, 16), (64, 256)]:
         w = swiglu(64, 256, 512, tb, ti, "int16")
-        r = simulate(w.graph, P16, w.tensors)
+        r = timed(w, 16).run()
         assert r.cycles >= r.offchip_bytes / peak
         # each matmul unit does 16^3 MACs per cycle: W1, W3 and W2 products
         assert r.cycles >= 64 * 256 * 512 / 16 ** 3
-    memory_bound = simulate(swiglu(64, 256, 512, 16, 16, "int16").graph, P16)
+    memory_bound = timed(swiglu(64, 256, 512, 16, 16, "int16"), 16).run()
     assert memory_bound.bandwidth_utilization > 0.9
 
 
 def test_dram_parameters_matter():
     w = swiglu(64, 256, 512, 16, 16, "int16")
-    slow = simulate(w.graph, ModelParams(tile=16, dram=DramParams(4, 64, 64, 2, 512)), w.tensors)
-    fast = simulate(w.graph, P16, w.tensors)
+    slow = timed(w, 16, dram=DramParams(4, 64, 64, 2, 512)).run()
+    fast = timed(w, 16).run()
     assert slow.cycles > 1.8 * fast.cycles   # half the channels, memory-bound: about twice as long
 
 
@@ -50,32 +66,32 @@ def test_reconvergent_fanout_gets_deep_fifos_and_shallow_ones_deadlock(routing):
     w = moe(r, 8, hidden=32, inter=64, tile_inter=32, dtype="int16", tiling="dynamic")
     depths = fifo_depths(w.graph, 2)
     assert depths["bcast_routing.out1"] >= 2 * 64 + 1
-    res = simulate(w.graph, P16, w.tensors, w.streams, timing_only=False)
+    res = timed(w, 16, timing_only=False).run()
     assert np.array_equal(res.memory["y"], w.expected["y"])
     shallow = {k: 2 for k in depths}
     with pytest.raises(StepDeadlockError, match=r"Broadcast 'bcast_routing' waits for room on output "
                                                 r"bcast_routing.out1"):
-        simulate(w.graph, P16, w.tensors, w.streams, depths=shallow)
+        timed(w, 16, depths=shallow).run()
 
 
 def test_time_multiplexing_and_dynamic_parallelization_run(routing, kv_files):
     r = routing("qwen_b64")
     w = moe(r, 128, hidden=16, inter=32, tile_inter=16, dtype="int16", experts_per_region=8)
-    res = simulate(w.graph, P16, w.tensors, w.streams, timing_only=False)
+    res = timed(w, 16, timing_only=False).run()
     assert np.array_equal(res.memory["y"], w.expected["y"])
     from step_hdl.workloads.traces import kv_lengths
     lens = np.maximum(1, kv_lengths(kv_files(16)[-1]) // 32)
     for s in ("interleaved", "contiguous", "dynamic"):
-        g = gqa_decode(lens, regions=4, strategy=s)
-        out = simulate(g.graph, ModelParams(tile=4, dtype="fp32"), g.tensors, timing_only=False)
+        g = gqa_decode(lens, group=4, head_dim=4, regions=4, strategy=s)
+        out = timed(g, 4, timing_only=False, dtype="fp32").run()
         assert g.mismatches(type("R", (), {"memory": out.memory})()) == {}
-        fast = simulate(g.graph, ModelParams(tile=4, dtype="fp32"), g.tensors)  # kv_table read for real
+        fast = timed(g, 4, dtype="fp32").run()  # kv_table read for real
         assert fast.cycles == out.cycles
 
 
 def test_result_reports_per_node_activity():
     w = swiglu(64, 256, 512, 16, 16, "int16")
-    r = simulate(w.graph, P16, w.tensors)
+    r = timed(w, 16).run()
     d = r.to_dict()
     assert set(d) >= {"cycles", "offchip_bytes", "bandwidth_utilization", "compute_utilization", "nodes"}
     node = d["nodes"]["gate_proj"]
@@ -94,20 +110,19 @@ def _same_result(a, b):
 def test_fused_operator_loops_match_the_operators_own_code(routing):
     """The model's fused loops (random load, broadcast, flat map, accum) are a speed-up only: every figure
     is the same as with the operators' own code, in timing-only and data mode."""
-    from step_hdl.sim.model import Model
     cases = []
     for s in ("interleaved", "dynamic"):
         w = gqa_decode([9, 2, 17, 5, 1, 12], kv_heads=2, group=4, head_dim=4, regions=2, strategy=s, dtype="int16")
-        cases.append((w, ModelParams(tile=4, dtype="int16"), True))
-        w = gqa_decode([9, 2, 17, 5, 1, 12], group=4, head_dim=8, regions=2, strategy=s)
-        cases.append((w, ModelParams(tile=4, dtype="fp32"), False))
+        cases.append((w, 4, "int16", True))
+        w = gqa_decode([9, 2, 17, 5, 1, 12], group=4, head_dim=4, regions=2, strategy=s)
+        cases.append((w, 4, "fp32", False))
     r = routing("mixtral_b64")
     for tiling, tile in (("static", 16), ("dynamic", None)):
         w = moe(r, 8, hidden=32, inter=64, tile_inter=32, dtype="int16", tiling=tiling, tile=tile)
-        cases += [(w, P16, True), (w, P16, False)]
-    cases.append((swiglu(64, 256, 512, 16, 16, "int16"), P16, True))
-    for w, params, timing_only in cases:
-        runs = [Model(w.graph, params, w.tensors, w.streams, timing_only=timing_only, fused=f).run()
+        cases += [(w, 16, "int16", True), (w, 16, "int16", False)]
+    cases.append((swiglu(64, 256, 512, 16, 16, "int16"), 16, "int16", True))
+    for w, tile, dtype, timing_only in cases:
+        runs = [timed(w, tile, timing_only=timing_only, dtype=dtype, fused=f).run()
                 for f in (True, False)]
         _same_result(*runs)
 
@@ -116,7 +131,7 @@ def test_dram_channel_bookkeeping_matches_per_channel_reference():
     """Dram keeps the channels' free times in O(1) for transfers over all channels; the same as one counter
     per channel (and one acceptance time per port)."""
     import random
-    from step_hdl.sim.dram_timing import Dram
+    from step_hdl.sim.model.dram import Dram
 
     class Reference:
         def __init__(self, p):
@@ -181,7 +196,7 @@ def test_fifos_hold_physical_tiles_as_the_rtl_does():
     w = g.load("w", tile=(8, 8), out_shape=[4], stride=[0], name="lw")
     y = g.map([x, w], "matmul", name="mm")    # 12 cycles per tile: slower than the loads
     g.output(y, name="o")
-    runs = {d: simulate(g, ModelParams(tile=4), depths={e: d for e in ("lx.out", "lw.out", "mm.out")})
+    runs = {d: timed(g, 4, depths={e: d for e in ("lx.out", "lw.out", "mm.out")}).run()
             for d in (8, 12, 64)}
     stalled = {d: r.nodes["lx"]["stalled"] for d, r in runs.items()}
     assert stalled[8] > stalled[12] > stalled[64] == 0, stalled
@@ -200,10 +215,9 @@ def test_a_store_writes_its_pieces_as_they_come():
     w = g.load("w", tile=(64, 64), out_shape=[1], stride=[1])
     y = g.map(g.map([x, w], "matmul", name="mm"), "requantize", name="q", shift=4, dtype="int16")
     g.store(y, "y", tile=(8, 64))
-    p = ModelParams(tile=4)
-    r = simulate(g, p)
+    r = timed(g, 4).run()
     # (q's process finishes with its output register a few cycles after its last piece left)
-    assert p.dram.latency - 4 <= r.cycles - r.nodes["q"]["finish"] <= p.dram.latency + 4
+    assert PAPER.latency - 4 <= r.cycles - r.nodes["q"]["finish"] <= PAPER.latency + 4
 
 
 def test_a_random_store_keeps_writes_in_flight():
@@ -218,12 +232,10 @@ def test_a_random_store_keeps_writes_in_flight():
     x = g.load("x", tile=(4, 4), out_shape=[16], stride=[1], name="load_x")
     g.output(g.random_store(g.index_source(values=list(range(15, -1, -1)), name="addr"), x, "y", tile=(4, 4),
                             name="scatter"), "acks")
-    p = ModelParams(tile=4)
-    trip = p.dram.latency + 2
-    piped = simulate(g, p).cycles
+    trip = PAPER.latency + 2
+    piped = timed(g, 4).run().cycles
     assert 2 * trip + 16 <= piped <= 3 * trip
-    one = ModelParams(tile=4, mem_inflight=1)
-    assert simulate(g, one).cycles >= 16 * trip
+    assert timed(g, 4, mem_inflight=1).run().cycles >= 16 * trip
 
 
 def _copy(rows, cols, tile, out_rows, out_cols):
@@ -247,7 +259,7 @@ def test_a_load_keeps_no_more_pieces_in_flight_than_its_credits():
     g = _copy(64, 64, (16, 64), 64, 64)
     trip = DRAM_PRESETS["paper"].latency + 2
     for credits in (16, 32):
-        cycles = simulate(g, ModelParams(tile=4, mem_inflight=credits)).cycles
+        cycles = timed(g, 4, mem_inflight=credits).run().cycles
         assert 256 / credits * trip <= cycles <= 1.25 * (256 / credits * trip + 64), (credits, cycles)
 
 
@@ -269,7 +281,7 @@ def test_block_pacing_is_the_piece_by_piece_loop(data):
     the rest is the pattern repeated (a 4,096-piece weight tile made the full-size dynamic-tiling study's
     points take up to 27 minutes). The times must be exactly the loop's, whichever regime binds: the
     responses, the credits or the token rate."""
-    from step_hdl.sim.model_memory import _dyadic, _pace_rest
+    from step_hdl.sim.model.memory import _dyadic, _pace_rest
     credits = data.draw(st.integers(1, 40), label="credits")
     lone = data.draw(st.integers(1, 90), label="lone")
     r = 1 + data.draw(st.integers(0, 64), label="r") / 64
@@ -301,7 +313,7 @@ def test_a_loads_stops_hold_its_order_queue():
     trip = DRAM_PRESETS["paper"].latency + 2
     for credits in (16, 32):
         in_flight = (credits + 2) // 2
-        cycles = simulate(g, ModelParams(tile=4, mem_inflight=credits)).cycles
+        cycles = timed(g, 4, mem_inflight=credits).run().cycles
         assert 512 / in_flight * trip <= cycles <= 1.25 * 512 / in_flight * trip, (credits, cycles)
 
 
@@ -311,8 +323,8 @@ def test_a_narrow_tile_is_timed_where_the_rtl_lays_it_out():
     16 requests on one channel of 8 (interleaved by 64-byte block), not 512 consecutive bytes over all 8.
     The model took every logical tile as consecutive bytes (SwiGLU B=16 H=64 I=128 on 4x4 at tile_inter 4:
     model 2,434 cycles against RTL 3,355, now 2,754)."""
-    from step_hdl.sim.dram_timing import Dram
-    from step_hdl.sim.model_memory import TimedMemory
+    from step_hdl.sim.model.dram import Dram
+    from step_hdl.sim.model.memory import TimedMemory
     from step_hdl import Graph
     g = Graph("w")
     g.tensor("w", 64, 128, "int16")
@@ -335,7 +347,7 @@ def test_a_burst_shares_its_block_in_the_model():
     """The model's DRAM times a linear load's burst as the RTL's: a transfer that goes on the port's burst
     (``cont``) and starts in the block its previous transfer ended in is that block: no channel slot more,
     done when the block is; the same transfer as a request of its own takes a block of its own."""
-    from step_hdl.sim.dram_timing import Dram
+    from step_hdl.sim.model.dram import Dram
     p = DramParams(channels=1, request_bytes=64, latency=10, interval=4, inflight=64)
     burst, alone = Dram(p), Dram(p)
     firsts = [d.access(0, 0, 8, 1, "load") for d in (burst, alone)]
@@ -353,7 +365,6 @@ def _rows_graph(rows: int, tail=None):
     g = Graph("rows")
     g.tensor("table", 1, 2, "int32")
     g.tensor("K", rows, 4, "int16")
-    g.tensor("out", 1, 4, "int32")
     meta = g.random_load(g.index_source(values=[0], name="item"), "table", tile=(1, 2), name="load_table")
     addrs = g.flat_map(meta, "range", name="range")
     k = g.random_load(addrs, "K", tile=(1, 4), name="load_k")
@@ -368,9 +379,8 @@ def test_a_random_load_requests_when_its_address_is_whole():
     to issue the first row's request when the load took the address token, on its first piece: GQA decode's
     first KV row 60 cycles early)."""
     g, tensors = _rows_graph(1)
-    p = ModelParams(tile=4)
-    trip = p.dram.latency + 2
-    r = simulate(g, p, tensors)
+    trip = PAPER.latency + 2
+    r = timed(g, 4, tensors).run()
     assert r.nodes["load_k"]["finish"] >= 2 * trip
 
 
@@ -379,7 +389,7 @@ def test_rows_pass_on_as_they_come():
     the first row, not when the packed tile is whole: an element-wise map of 32 row tiles ends a few cycles
     after the last row arrives, not 2 x 32 cycles (a row and its closing stop each) after."""
     g, tensors = _rows_graph(32, lambda g, t: g.map(t, "relu", name="act"))
-    r = simulate(g, ModelParams(tile=4), tensors)
+    r = timed(g, 4, tensors).run()
     assert r.nodes["act"]["finish"] - r.nodes["load_k"]["finish"] <= 8
 
 
@@ -391,11 +401,11 @@ def test_a_random_store_writes_when_its_data_is_whole():
 
     def tail(g, packed):
         s = g.map(packed, "col_sum", name="colsum")         # [1, 4] int32 at the end of the rows
+        g.tensor("out", 1, 4, "int32")
         return g.random_store(g.index_source(values=[0], name="slot"), s, "out", tile=(1, 4), name="store")
     g, tensors = _rows_graph(32, tail)
-    p = ModelParams(tile=4)
-    r = simulate(g, p, tensors)
-    assert r.nodes["store"]["finish"] >= r.nodes["colsum"]["finish"] + p.dram.latency
+    r = timed(g, 4, tensors).run()
+    assert r.nodes["store"]["finish"] >= r.nodes["colsum"]["finish"] + PAPER.latency
 
 
 def test_index_streams_and_merged_stops_cost_no_extra_cycle():
@@ -404,7 +414,7 @@ def test_index_streams_and_merged_stops_cost_no_extra_cycle():
     the tile's last row of pieces, so [1, 4] rows in pairs ([32, 2]) take as long as 64 rows in one run."""
     from step_hdl import Graph
     g, tensors = _rows_graph(64)
-    n = simulate(g, ModelParams(tile=4), tensors).nodes
+    n = timed(g, 4, tensors).run().nodes
     assert n["range"]["finish"] - n["load_table"]["finish"] <= 64 + 4
     runs = []
     for shape in ([32, 2], [64]):
@@ -412,7 +422,7 @@ def test_index_streams_and_merged_stops_cost_no_extra_cycle():
         g.tensor("x", 64, 4, "int16")
         x = g.load("x", tile=(1, 4), out_shape=shape, stride=[2, 1] if len(shape) == 2 else [1], name="lx")
         g.output(g.map(x, "relu", name="act"), name="o")
-        runs.append(simulate(g, ModelParams(tile=4)).cycles)
+        runs.append(timed(g, 4).run().cycles)
     assert runs[0] == runs[1], runs
 
 
@@ -420,22 +430,43 @@ def test_the_model_lays_tensors_out_as_the_program_does(routing):
     """The model's transfers fall on the RTL's DRAM channels: each tensor at the address the plan gives it
     (``mapper.plan.tensor_layout``: one after the other on word boundaries). With every tensor on a 4 KB
     boundary instead, GQA decode's K and V rows shared one channel and the model was 20 % slow."""
-    from step_hdl.mapper.prepare import prepare
-    from step_hdl.sim.model import Model
+    from step_hdl.flow import prepare
     for w in (swiglu(16, 64, 128, 8, 32, "int16"), gqa_decode([3, 9, 1, 12], regions=2, head_dim=4, dtype="int16"),
               moe(routing("mixtral_b64"), 8, hidden=16, inter=32, tile_inter=16, dtype="int16", tiling="dynamic")):
         prep = prepare(w, 4)
-        m = Model(w.graph, ModelParams.from_fabric(prep.design.fabric), w.tensors, w.streams)
+        m = Model(prep.lowered, PAPER, w.tensors, w.streams)
         assert m.memory.base == {k: v[0] for k, v in prep.program.tensors.items()}, w.graph.name
 
 
 def test_a_token_going_round_a_cycle_forever_is_named():
     """The model stops a program that makes no progress (only nodes on a feedback loop, touching no memory,
-    ran) and names them, where it ran for minutes to its event limit."""
-    from step_hdl import StepRuntimeError
-    from step_hdl.sim.model import Model
-    from test_errors import livelock_graph
-    m = Model(livelock_graph(), ModelParams(tile=4), {"x": np.ones((4, 4), np.int16)})
+    ran) and names them, where it ran for minutes to its event limit: a selector merged back with itself
+    forever (a cycle of selectors maps; one of tiles the mapper refuses, and so does the model)."""
+    from step_hdl import Graph, Selector, StepRuntimeError, StreamType
+    g = Graph("loop")
+    s = g.selector_source(values=[1], n=2, name="src")
+    fb = g.feedback(StreamType(Selector(2), ("n",)), name="fb")
+    merged, sel = g.eager_merge([s, fb], rank=0, name="m")
+    a, b = g.broadcast(merged, 2, name="b")
+    g.bind(fb, a)
+    g.output(b, name="o")
+    g.output(sel, name="s")
+    m = timed(g, 4)
     with pytest.raises(StepRuntimeError, match=r"model: no progress in 20,001 events: only .*EagerMerge 'm'.*"
                                                r"tokens going round a cycle"):
         m.run(max_idle_events=20_000)
+
+
+def test_the_model_refuses_what_the_mapper_refuses():
+    """The model times the program the mapper makes: a graph the mapper refuses (here a cycle carrying tiles,
+    which hierarchical tiling does not take) is refused with the mapper's error, where the model once timed
+    its own lowering of it silently."""
+    from step_hdl.flow import model, prepare, workload
+    from step_hdl.mapper.tiling import TilingError
+    from test_errors import livelock_graph
+    w = workload(livelock_graph(), {"x": np.ones((4, 4), np.int16)}, expected={}, subs={})
+    message = r"Feedback 'fb': cycles carrying tiles or indices are not supported by hierarchical tiling yet"
+    with pytest.raises(TilingError, match=message):
+        prepare(w, 4)
+    with pytest.raises(TilingError, match=message):
+        model(w, 4)

@@ -10,7 +10,7 @@ from step_hdl import Graph, StepError
 from step_hdl.counts import CountGroup, count_groups
 from step_hdl.flow import Fabric, FabricError, lower, prepare, run_rtl
 from step_hdl.interp import run
-from step_hdl.mapper.fabric import fabric_for
+from step_hdl.mapper.sizing import fabric_for
 from step_hdl.mapper.pools import tile_pools
 from step_hdl.metrics import metrics
 from step_hdl.workloads.moe import moe

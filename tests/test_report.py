@@ -1,20 +1,20 @@
-"""The run report (``step_hdl.report``, ``step-hdl report``, ``sim --report``): the harness's counter sampler,
+"""The run report (``step_hdl.flow.report``, ``step-hdl report``, ``sim --report``): the harness's counter sampler,
 the model's timeline, the page, its refusals, and the page in a real headless browser."""
 
 import json
 import re
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from step_hdl.cli import main
+from step_hdl.flow.cli import main
 from step_hdl.errors import OutputError
-from step_hdl.flow import model, prepare, run_rtl
-from step_hdl.report import MARK, check_target, collect, intervals, render, sample_every, write
+from step_hdl.flow import DRAM_PRESETS, SimRun, model, prepare, run_rtl, sample_every
+from step_hdl.flow.report import MARK, check_target, collect, intervals, render, write
 from step_hdl.sim.fabric import RtlError
 from step_hdl.workloads import swiglu
+from tools import require
 
 ARGS = ["swiglu", "--batch", "16", "--hidden", "8", "--inter", "64", "--tile-b", "8", "--tile-inter", "16"]
 
@@ -69,13 +69,13 @@ def test_sampling_arguments_go_together(small):
 
 def test_model_timeline_bins_each_nodes_busy_cycles(small):
     w, prep = small
-    plain, timed = model(w, prep.design.fabric), model(w, prep.design.fabric, timeline=7)
+    plain, timed = model(w, lowered=prep.lowered), model(w, lowered=prep.lowered, timeline=7)
     assert timed.cycles == plain.cycles and plain.timeline is None
     assert timed.timeline["every"] == 7
     for node, row in timed.timeline["busy"].items():
         assert sum(row) == plain.nodes[node]["busy"] and all(0 <= b <= 7 for b in row), node
     with pytest.raises(ValueError, match="timeline must be a bin width in cycles"):
-        model(w, prep.design.fabric, timeline=-2)
+        model(w, lowered=prep.lowered, timeline=-2)
 
 
 def test_sample_interval_covers_the_expected_run():
@@ -84,7 +84,7 @@ def test_sample_interval_covers_the_expected_run():
 
 def test_page_has_every_section_and_refuses_to_replace_a_users_file(small, sampled, tmp_path):
     w, prep = small
-    data = collect(w, prep, "amaranth", "paper", title="swiglu small", params={"batch": 16}, rtl=sampled)
+    data = collect(SimRun(w, prep, sampled, DRAM_PRESETS["paper"]), title="swiglu small", params={"batch": 16})
     assert data.model["timeline"]["every"] == 25       # the model's bins are the harness's
     page = render(data)
     assert page.startswith(MARK + "\n<!DOCTYPE html>")
@@ -112,10 +112,7 @@ def test_page_has_every_section_and_refuses_to_replace_a_users_file(small, sampl
 
 
 def _chromium(args, url):
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium): the page is not checked in a "
-                    "browser")
+    exe = require("chromium")
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr",
            "--v=0", *args, url]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -136,7 +133,7 @@ def _dark_green(png) -> int:
 
 def test_page_loads_in_chromium_without_console_errors_and_shows_the_timeline(small, sampled, tmp_path):
     w, prep = small
-    page = render(collect(w, prep, "amaranth", "paper", title="swiglu small", rtl=sampled))
+    page = render(collect(SimRun(w, prep, sampled, DRAM_PRESETS["paper"]), title="swiglu small"))
     bad = tmp_path / "bad.html"
     bad.write_text('<html><body><script>missing_function();</script></body></html>')
     errors, _ = _console(bad)

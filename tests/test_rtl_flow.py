@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from step_hdl import Graph, StepDeadlockError, fn
-from step_hdl.mapper.fabric import Fabric, FabricError, fabric_for
+from step_hdl.mapper.fabric import Fabric, FabricError
+from step_hdl.mapper.sizing import fabric_for
 from step_hdl.mapper.tiling import TilingError, tile_physical
 from step_hdl.mapper.plan import plan
 from step_hdl.metrics import metrics

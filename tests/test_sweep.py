@@ -1,4 +1,4 @@
-"""``step_hdl.sweep``: points, the content-hash cache and resume, the executors, the table, the Pareto front
+"""``step_hdl.flow.sweep``: points, the content-hash cache and resume, the executors, the table, the Pareto front
 and ``step-hdl sweep``'s errors."""
 
 import csv
@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from step_hdl.cli import main
+from step_hdl.flow.cli import main
 from step_hdl.metrics import metrics
 from step_hdl.flow import model
-from step_hdl.sweep import ResultCache, SweepError, SweepPoint, grid, identical, pareto, point_key, run_sweep
-from step_hdl.sweep.command import points_of
+from step_hdl.flow.sweep import ResultCache, SweepError, SweepPoint, grid, identical, pareto, point_key, run_sweep
+from step_hdl.flow.sweep.command import points_of
 from step_hdl.workloads import swiglu
 
 from helpers import REDUCED, SWEEP
@@ -99,17 +99,19 @@ def test_the_cache_serves_a_rerun_and_resumes_an_interrupted_sweep(tmp_path):
     assert len(list(tmp_path.rglob("*.json"))) == 4
 
 
-def test_the_key_follows_what_determines_a_result():
+def test_the_key_follows_what_determines_a_result(routing):
     a, b = small_grid()[:2]
     assert point_key(a) == point_key(a) and point_key(a) != point_key(b)
     # the evaluations' code and the fabric group are part of it
     assert point_key(a) != point_key(SweepPoint.make("swiglu", a.params, evals=("metrics",)))
     assert point_key(a) != point_key(a, (a.key_json(), b.key_json()))
+    routing("mixtral_b64")
     moe = grid("moe", {"trace": ["mixtral_b64", "qwen_b64"]}, {"tiling": "static"}, ("metrics",))
     assert point_key(moe[0]) != point_key(moe[1])
 
 
-def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, routing):
+    routing("mixtral_b64")
     cache = ResultCache(tmp_path)
     # a static token tile wider than the physical tile's rows cannot be retiled: the model raises
     pts = grid("moe", {"phys-tile": [4, 32]}, {"trace": "mixtral_b64", "hidden": 16, "inter": 32,
@@ -126,7 +128,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
 def test_a_crash_is_not_cached(tmp_path, monkeypatch):
     """An evaluation that crashes (not a StepError the point causes) is recorded with its traceback and tried
     again on the next run."""
-    from step_hdl.sweep import evaluate as ev
+    from step_hdl.flow.sweep import evaluate as ev
     cache = ResultCache(tmp_path)
     pts = small_grid(("model",))[:1]
     monkeypatch.setattr(ev, "_model", lambda *a: 1 / 0)
@@ -260,7 +262,7 @@ def _square(x):
 def test_run_tasks_caches_each_call_under_its_own_files(tmp_path):
     """``run_tasks`` (what the paper studies run with): a re-run takes every call from the cache, and a changed
     file recomputes only the calls that read it."""
-    from step_hdl.sweep.tasks import run_tasks
+    from step_hdl.flow.sweep.tasks import run_tasks
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     a.write_text("a")
     b.write_text("b")

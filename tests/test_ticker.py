@@ -4,7 +4,7 @@ import io
 import time
 
 from step_hdl.sim.rtl import _build_stage, _cycles_so_far
-from step_hdl.sim.ticker import Ticker
+from step_hdl.ticker import Ticker
 
 
 class Terminal(io.StringIO):

@@ -19,6 +19,22 @@ from amaranth.lib.wiring import In, Out
 
 from .config import ConfigRegs, Reg, config_signature
 from .layout import TokenFormat
+from .params import ParamError
+
+
+def not_elaborated(*components) -> None:
+    """Mark Amaranth components that are built but never elaborated (a unit rejected in its constructor, a
+    unit or FIFO whose module is converted apart, a duplicate a sweep leaves out): no "created but never used"
+    warning, which the tests turn into errors. The one place that sets Amaranth's private must-use flag."""
+    for c in components:
+        c._MustUse__silence = True
+
+
+def reject(component, error):
+    """Raise ``error`` (an exception, or the message of a :class:`ParamError`) from ``component``'s
+    constructor, without Amaranth's "created but never used" warning."""
+    not_elaborated(component)
+    raise error if isinstance(error, Exception) else ParamError(error)
 
 
 def hw_port(lang_port: str, output: bool) -> str:
@@ -55,7 +71,7 @@ class StepUnit(wiring.Component):
     kind = ""
     #: cycles from a token taken at an input to the first output token it makes being valid, with nothing
     #: pending: the pipeline registers on that path (0: combinational). The approximate model adds it to
-    #: the FIFO cycle between units (``mapper.fusion.chain_latency``).
+    #: the FIFO cycle between units (``mapper.latency.chain_latency``).
     latency = 0
 
     @classmethod

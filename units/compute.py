@@ -43,7 +43,7 @@ from step_hdl.errors import StepTypeError
 from step_hdl.functions import fn as make_fn
 from step_hdl.types import StreamType, Tile, as_dim, dims_equal, dtype as make_dtype
 
-from .base import StepUnit
+from .base import reject, StepUnit
 from .config import Reg
 from .functions import HW_FUNCTIONS, TileVal, UPDATES, as_fn, hw_fn, update_elems
 from .layout import TileFormat, TokenFormat, has_short, tile_elems, token_short
@@ -79,7 +79,8 @@ def _valid_rows(tile: "TileVal | None", port, fn_name: str):
                                for r in range(tile.rows) for c in range(tile.cols)])
 
 
-def _fmt(tile: Tile, max_rank: int) -> TokenFormat:
+def token_format(tile: Tile, max_rank: int) -> TokenFormat:
+    """The token format of a stream of ``tile``s up to rank ``max_rank``."""
     return TokenFormat(TileFormat(tile.dtype, int(tile.rows), int(tile.cols)), max_rank)
 
 
@@ -95,11 +96,6 @@ def _check_input(owner: str, port: str, in_types: dict, tile: Tile, max_rank: in
         raise ParamError(f"{owner}: input {port!r} has rank {st.rank} > max_rank {max_rank}")
     return st
 
-
-def _reject(unit, exc: Exception):
-    """Raise from a constructor without Amaranth's 'created but never used' warning."""
-    unit._MustUse__silence = True
-    raise exc
 
 
 # =========================================================================== Map
@@ -262,15 +258,15 @@ class Map(StepUnit):
 
     def __init__(self, params: MapParams):
         if not isinstance(params, self.params_cls):
-            _reject(self, ParamError(f"{type(self).__name__}: params must be {self.params_cls.__name__}, got "
+            reject(self, ParamError(f"{type(self).__name__}: params must be {self.params_cls.__name__}, got "
                                      f"{type(params).__name__}"))
         super().__init__(params)
 
     def formats(self):
         p = self.params
-        out = {"i0": (False, _fmt(p.in0_tile, p.max_rank)), "o": (True, _fmt(p.out_tile, p.max_rank))}
+        out = {"i0": (False, token_format(p.in0_tile, p.max_rank)), "o": (True, token_format(p.out_tile, p.max_rank))}
         if p.binary:
-            out["i1"] = (False, _fmt(p.in1_tile, p.max_rank))
+            out["i1"] = (False, token_format(p.in1_tile, p.max_rank))
         return out
 
     def registers(self):
@@ -537,13 +533,13 @@ class _Reduce(StepUnit):
 
     def __init__(self, params: AccumParams):
         if not isinstance(params, AccumParams):
-            _reject(self, ParamError(f"{type(self).__name__}: params must be AccumParams, "
+            reject(self, ParamError(f"{type(self).__name__}: params must be AccumParams, "
                                      f"got {type(params).__name__}"))
         super().__init__(params)
 
     def formats(self):
         p = self.params
-        return {"i": (False, _fmt(p.elem_tile, p.max_rank)), "o": (True, _fmt(p.state_tile, p.max_rank))}
+        return {"i": (False, token_format(p.elem_tile, p.max_rank)), "o": (True, token_format(p.state_tile, p.max_rank))}
 
     def registers(self):
         p = self.params
@@ -1018,9 +1014,9 @@ class Scan(_Reduce):
 
     def __init__(self, params: AccumParams):
         if isinstance(params, AccumParams) and params.retile:
-            _reject(self, ParamError("Scan: retile_row is not supported (the state tile grows per element)"))
+            reject(self, ParamError("Scan: retile_row is not supported (the state tile grows per element)"))
         if isinstance(params, AccumParams) and params.positions:
-            _reject(self, ParamError(f"Scan: positions={params.positions} is not supported "
+            reject(self, ParamError(f"Scan: positions={params.positions} is not supported "
                                      f"(only Accum keeps per-position state)"))
         super().__init__(params)
 
@@ -1108,12 +1104,12 @@ class FlatMap(StepUnit):
 
     def __init__(self, params: FlatMapParams):
         if not isinstance(params, FlatMapParams):
-            _reject(self, ParamError(f"FlatMap: params must be FlatMapParams, got {type(params).__name__}"))
+            reject(self, ParamError(f"FlatMap: params must be FlatMapParams, got {type(params).__name__}"))
         super().__init__(params)
 
     def formats(self):
         p = self.params
-        return {"i": (False, _fmt(p.in_tile, p.max_rank)), "o": (True, _fmt(p.out_tile, p.max_rank))}
+        return {"i": (False, token_format(p.in_tile, p.max_rank)), "o": (True, token_format(p.out_tile, p.max_rank))}
 
     def registers(self):
         regs = [Reg("eager", 1, 0, doc="the input has rank 0: send block ends at once")]

@@ -20,7 +20,7 @@ from amaranth.hdl import Module, Mux, Signal
 
 from step_hdl.types import Tile
 
-from .compute import Map, MapParams, _fmt
+from .compute import Map, MapParams, token_format
 from .config import Reg
 from .functions import TileVal, matmul_dims, update_elems
 from .layout import has_short, tile_elems
@@ -103,7 +103,7 @@ class MatMul(Map):
 
     def formats(self):
         out = super().formats()
-        out["o"] = (True, _fmt(self.params.sum_tile, self.params.max_rank))
+        out["o"] = (True, token_format(self.params.sum_tile, self.params.max_rank))
         return out
 
     def registers(self):

@@ -76,6 +76,7 @@ from amaranth.lib.wiring import In, Out
 
 from .layout import TileFormat
 from .params import ParamError, Params, positive
+from .base import not_elaborated
 
 
 # ----------------------------------------------------------------------------- the interface
@@ -262,7 +263,7 @@ class SimMemory(wiring.Component):
             if len(init) > depth:
                 raise ParamError(f"SimMemory: {len(init)} initial words exceed depth {depth}")
         except ParamError:
-            self._MustUse__silence = True   # no 'created but never used' warning for a rejected component
+            not_elaborated(self)  # no 'created but never used' warning for a rejected component
             raise
         self.shape, self.depth, self.init = shape, depth, list(init)
         self.latency, self.max_inflight, self.jitter, self.seed = latency, max_inflight, jitter, seed

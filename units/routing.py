@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 
-from .base import StepUnit
+from .base import not_elaborated, reject, StepUnit
 from .config import Reg
 from .layout import SelectorFormat, TokenFormat, payload_format, tile_format
 from .merger import StopMerger
@@ -52,11 +52,6 @@ class RoutingParams(StreamParams):
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _reject(component, message: str):
-    """Raise a ParamError from a constructor without Amaranth's 'created but never used' warning."""
-    component._MustUse__silence = True
-    raise ParamError(message)
 
 
 def _any(terms):
@@ -100,7 +95,7 @@ class _RoutingUnit(StepUnit):
 
     def __init__(self, params):
         if not isinstance(params, RoutingParams):
-            _reject(self, f"{type(self).__name__}: parameters must be RoutingParams, got {params!r}")
+            reject(self, f"{type(self).__name__}: parameters must be RoutingParams, got {params!r}")
         super().__init__(params)
 
     @property
@@ -304,7 +299,7 @@ class Reassemble(_RoutingUnit):
 
     def __init__(self, params):
         if isinstance(params, RoutingParams) and params.max_rank < 1:
-            _reject(self, f"Reassemble: max_rank must be >= 1 (the output adds a dimension), "
+            reject(self, f"Reassemble: max_rank must be >= 1 (the output adds a dimension), "
                           f"got {params.max_rank}")
         super().__init__(params)
 
@@ -585,7 +580,7 @@ class _IndexFunction(StepUnit):
 
     def __init__(self, params: SelIndexParams):
         if not isinstance(params, SelIndexParams):
-            self._MustUse__silence = True
+            not_elaborated(self)
             raise ParamError(f"{type(self).__name__}: parameters must be SelIndexParams, got {params!r}")
         super().__init__(params)
 
@@ -694,7 +689,7 @@ class BroadcastUnit(StepUnit):
 
     def __init__(self, params: BroadcastParams):
         if not isinstance(params, BroadcastParams):
-            _reject(self, f"BroadcastUnit: parameters must be BroadcastParams, got {params!r}")
+            reject(self, f"BroadcastUnit: parameters must be BroadcastParams, got {params!r}")
         super().__init__(params)
 
     def formats(self):

@@ -23,7 +23,7 @@ from amaranth.lib import wiring
 from step_hdl.functions import round_bf16
 from step_hdl.types import DTYPES
 
-from .base import StepUnit, hw_port
+from .base import hw_port, not_elaborated, StepUnit
 from .config import Reg
 from .layout import TokenFormat, TupleFormat, payload_format, tile_format
 from .merger import StopMerger
@@ -131,7 +131,7 @@ class _ShapeUnit(StepUnit):
 
     def __init__(self, params):
         if not isinstance(params, self.params_class):
-            self._MustUse__silence = True   # no "created but never used" warning for a rejected unit
+            not_elaborated(self)  # no "created but never used" warning for a rejected unit
             raise ParamError(f"{type(self).__name__}: parameters must be {self.params_class.__name__}, "
                              f"got {type(params).__name__}")
         super().__init__(params)

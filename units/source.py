@@ -22,7 +22,7 @@ import numpy as np
 from amaranth.hdl import Module, Signal
 from amaranth.lib import memory
 
-from .base import StepUnit
+from .base import not_elaborated, StepUnit
 from .config import DATA_BITS, Reg
 from .layout import SelectorFormat, TokenFormat
 from .offchip import INDEX
@@ -83,7 +83,7 @@ class ConfiguredSource(StepUnit):
 
     def __init__(self, params):
         if not isinstance(params, self.params_cls):
-            self._MustUse__silence = True
+            not_elaborated(self)
             raise ParamError(f"{self.kind}: parameters must be {self.params_cls.__name__}, got {params!r}")
         super().__init__(params)
 

@@ -12,18 +12,12 @@ from amaranth.hdl import Const, Module, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .params import ParamError
-
-
-def _reject(component, message: str):
-    """Raise a ParamError from a constructor without Amaranth's 'created but never used' warning."""
-    component._MustUse__silence = True
-    raise ParamError(message)
+from .base import reject
 
 
 def _check_depth(component, depth):
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        _reject(component, f"{type(component).__name__}: depth must be an integer >= 1, got {depth!r}")
+        reject(component, f"{type(component).__name__}: depth must be an integer >= 1, got {depth!r}")
 
 
 class Queue(wiring.Component):
@@ -128,7 +122,7 @@ class Broadcast(wiring.Component):
 
     def __init__(self, shape, n: int):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            _reject(self, f"Broadcast: n must be an integer >= 1, got {n!r}")
+            reject(self, f"Broadcast: n must be an integer >= 1, got {n!r}")
         self.shape, self.n = shape, n
         members = {"i": In(stream.Signature(shape))}
         members.update({f"o{k}": Out(stream.Signature(shape)) for k in range(n)})

@@ -118,7 +118,8 @@ def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int
     g = gqa_graph(batch, heads, group, head_dim, regions, strategy, DTYPE, total_rows=int(rows.sum()),
                   credits=credits)
     p = measure(g, DTYPE, tensors={"kv_table": table_}, role_of=gqa_role,
-                keep=[f"r{r}_store" for r in range(regions)] + [f"r{r}_load_k" for r in range(regions)], dram=dram)
+                keep=[f"r{r}_store" for r in range(regions)] + [f"r{r}_load_k" for r in range(regions)], dram=dram,
+                bindings={f"r{r}_rows_len_max": int(lens.max()) for r in range(regions)})
     out = {"strategy": strategy, **{k: v for k, v in p.to_dict().items() if k != "nodes"}, "roles": role_fractions(p),
            "region_finish": [p.nodes[f"r{r}_store"]["finish"] for r in range(regions)],
            "kv_load_busy": [round(p.nodes[f"r{r}_load_k"]["busy"] / p.cycles, 4) for r in range(regions)]}
@@ -131,7 +132,7 @@ def gqa_point(lens: np.ndarray, strategy: str, heads: int = KV_HEADS, group: int
 def gqa_task(path: str, scale: int, strategy: str, credits: int, shape: dict, dram) -> dict:
     """:func:`gqa_point` of KV trace ``path`` (lengths divided by ``scale``), as a process pool's task: plain
     data in and out; ``dram``: a preset name or the fields of a ``DramParams``."""
-    from step_hdl.sim.dram_timing import DramParams
+    from step_hdl.sim.model.dram import DramParams
     from step_hdl.workloads.gqa import scale_lengths
     from step_hdl.workloads.traces import kv_lengths
     lens = scale_lengths(kv_lengths(path), scale)
@@ -160,7 +161,7 @@ def bandwidth_sweep(batches=BATCHES, scale: int = SCALE, files_of=None, channels
     import dataclasses
 
     import paper_common
-    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.sim.model.dram import DRAM_PRESETS
     from step_hdl.workloads.traces import kv_traces
     files_of = files_of or (lambda b: [f for i, f in enumerate(kv_traces(b))
                                        if i in (0, len(kv_traces(b)) // 2, len(kv_traces(b)) - 1)])

@@ -113,7 +113,7 @@ def moe_point(routing, m: dict, tiling: str, tile=None, experts_per_region: int 
                   tiling, tile, experts_per_region)
     counts = routing_selector_counts(routing, m["experts"])
     subs = {f"route_n{e}": int(c) for e, c in enumerate(counts)}
-    p = measure(g, DTYPE, streams={"routing": np.asarray(routing)}, role_of=moe_role, dram=dram)
+    p = measure(g, DTYPE, streams={"routing": np.asarray(routing)}, role_of=moe_role, dram=dram, bindings=subs)
     rows = int(sum(math.ceil(c / tile) * tile for c in counts)) if tiling == "static" else int(counts.sum())
     return {"tiling": tiling, "tile": tile, "experts_per_region": experts_per_region,
             "regions": m["experts"] // experts_per_region, **p.to_dict(), "roles": role_fractions(p),

@@ -67,21 +67,22 @@ STUDY_MAX_FIFO_DEPTH = 1 << 30
 
 
 def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=(), tile: int = PHYS_TILE,
-            dram=None) -> Point:
-    """Run ``graph`` on the approximate model in timing-only mode.
+            dram=None, bindings=None) -> Point:
+    """Run ``graph`` on the approximate model in timing-only mode, on a fabric of ``tile x tile`` physical tiles
+    sized to fit it (its reconvergent FIFOs as deep as their streams, :data:`STUDY_MAX_FIFO_DEPTH`).
 
+    ``bindings``: the values of its dynamic sizes (what the mapper sizes the buffers for).
     ``role_of(node_name) -> str | None`` groups nodes for the per-node
     statistics (summed busy, stalled = output FIFO full, idle = input empty);
     nodes mapped to ``None`` are left out. The nodes named in ``keep`` are also
     reported one by one (with their finish cycle). ``dram``: a preset name or
     ``DramParams`` (default: the study's, :data:`DRAM`).
     """
-    from step_hdl.flow import model_params
-    from step_hdl.sim.model import Model
-    params = model_params(tile, dram or DRAM, dtype, max_fifo_depth=STUDY_MAX_FIFO_DEPTH)
+    from step_hdl.flow import FitFabric, Workload, model
+    from step_hdl.types import dtype as make_dtype
+    w = Workload(graph, tensors or {}, streams or {}, {}, make_dtype(dtype), subs=dict(bindings or {}))
     t0 = time.perf_counter()
-    model = Model(graph, params, tensors or {}, streams or {}, timing_only=True)
-    res = model.run()
+    res = model(w, FitFabric(tile, dtype, {"max_fifo_depth": STUDY_MAX_FIFO_DEPTH}), dram or DRAM)
     wall = time.perf_counter() - t0
     units = sum(1 for n in graph.nodes.values() if n.kind == "Map" and n.p("fn").name == "matmul")
     roles: dict = {}
@@ -96,7 +97,7 @@ def measure(graph, dtype: str, tensors=None, streams=None, role_of=None, keep=()
                 r[k] += s[k]
     nodes = {name: {k: v for k, v in res.nodes[name].items() if k != "kind"} for name in keep}
     return Point(res.cycles, res.offchip_bytes, res.bandwidth_utilization, res.compute_utilization, units,
-                 units * params.matmul_flops, model.matmul_flops, wall, roles, nodes)
+                 units * 2 * tile ** 3, res.matmul_flops, wall, roles, nodes)
 
 
 def role_fractions(point: Point) -> dict:
@@ -191,7 +192,7 @@ def cli(name: str, doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="PATH", default=str(OUT_DIR / f"{name}.png"),
                     help="PNG figure (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="a smoke run on a few points")
-    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.sim.model.dram import DRAM_PRESETS
     ap.add_argument("--dram", default=DRAM, choices=tuple(DRAM_PRESETS),
                     help="DRAM preset (default: %(default)s, the paper's dynamic studies: 1,024 B/cycle)")
     ap.add_argument("--workers", type=int, default=None,
@@ -240,9 +241,9 @@ CACHE = True
 
 def run_points(fn, calls: list, label, files_of=lambda call: ()) -> list:
     """``[fn(**c) for c in calls]`` on a process pool of :data:`WORKERS`, each from the sweep cache
-    (``step_hdl.sweep.tasks``) when the model's code, this folder's scripts and ``files_of(call)`` (the
+    (``step_hdl.flow.sweep.tasks``) when the model's code, this folder's scripts and ``files_of(call)`` (the
     call's own trace) are unchanged; one progress line per point."""
-    from step_hdl.sweep.tasks import run_tasks
+    from step_hdl.flow.sweep.tasks import run_tasks
     here = Path(__file__).resolve().parent
     scripts = sorted(here.glob("*.py"))
     return run_tasks(fn, calls, "process", WORKERS, CACHE, lambda c: [*scripts, *files_of(c)], label=label,

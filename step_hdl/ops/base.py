@@ -275,7 +275,7 @@ class Op:
         return f"<{self.kind} '{self.name}'>"
 
 
-class _Variadic(Op):
+class Variadic(Op):
     """An operator with inputs ``in0 .. in{n-1}`` (parameter ``n``)."""
 
     def input_ports(self):
@@ -290,7 +290,7 @@ def register(cls):
     return cls
 
 
-def _chunk_out(chunk, p):
+def chunk_out(chunk, p):
     """A chunk's tokens with its closing stop normalised to ``S_p`` (p >= 1)."""
     return chunk[:-1] + [stop(p)] if p else chunk
 

@@ -10,11 +10,11 @@ from ..functions import apply_typed
 from ..process import Emitter, emit_block
 from ..token import DONE, data, stop
 from ..types import StreamType, Tile, dims_equal, ragged, sum_over
-from .base import Op, ZERO, _Variadic, register
+from .base import Op, ZERO, Variadic, register
 
 
 @register
-class Map(_Variadic):
+class Map(Variadic):
     """Apply ``fn`` element-wise to one stream or two streams of equal shape."""
 
     kind = "Map"

@@ -7,7 +7,7 @@ import sympy
 from ..process import Emitter
 from ..token import DONE, data
 from ..types import Selector, StreamType, Tile, dims_equal, elements_of
-from .base import Op, ZERO, _Variadic, _chunk_out, register
+from .base import Op, ZERO, Variadic, chunk_out, register
 
 
 @register
@@ -45,14 +45,14 @@ class Partition(Op):
             s = yield from io.get_data("sel")
             if s.done:
                 raise io.fail("selector stream ended while input chunks remain", "sel")
-            chunk = _chunk_out((yield from io.read_chunk("in", p)), p)
+            chunk = chunk_out((yield from io.read_chunk("in", p)), p)
             chosen = [f"out{i}" for i in range(n) if s.payload >> i & 1]
             for tok in chunk:
                 yield from io.put_all(chosen, tok)   # a multi-hot copy costs one transfer
 
 
 @register
-class Reassemble(_Variadic):
+class Reassemble(Variadic):
     """For each selector token, concatenate one rank-``rank`` chunk from each selected input.
 
     The chunks form a new dimension (size = number of set bits; ``k`` declares it
@@ -120,7 +120,7 @@ def _max_dims(dims):
 
 
 @register
-class EagerMerge(_Variadic):
+class EagerMerge(Variadic):
     """Forward whole rank-``rank`` chunks from whichever input has one first; ``sel`` says which."""
 
     kind = "EagerMerge"
@@ -177,7 +177,7 @@ class EagerMerge(_Variadic):
             if chunk is None:
                 live.remove(port)
                 continue
-            for tok in _chunk_out(chunk, p):
+            for tok in chunk_out(chunk, p):
                 yield from io.put("out", tok)
             yield from io.put("sel", data(1 << int(port[2:])))
         yield from io.put("out", DONE)

@@ -6,25 +6,22 @@ stalls during configuration); under Icarus every unit with a combinational block
 with -g2012, where a declaration's initial value raises no event, so `always @*` blocks never ran at time
 0: we build with -g2005), and cocotb left never-sent input payloads X."""
 
-import shutil
-
 import pytest
 
 from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
 from step_hdl.units.base import lang_port
 from step_hdl.units.catalog import CATALOG
+from tools import BACKENDS as TOOL_BACKENDS, installed_backends, require_backend
 
-BACKENDS = ("amaranth", "verilator", "icarus")
+BACKENDS = tuple(TOOL_BACKENDS)
 #: catalog units whose scenarios every back-end runs (a shape unit, routing, memory, compute, accumulation, the
 #: matmul that accumulates)
 UNITS = ("Reshape", "Partition", "LinearOffChipLoad", "OnChipBuffer", "Map[matmul]", "Accum[add]", "MatMul")
 
 
 def _backend(name):
-    if name == "icarus" and shutil.which("iverilog") is None:
-        pytest.skip("Icarus Verilog is not installed (apt-get install iverilog; .ci/run installs it)")
-    return name
+    return require_backend(name)
 
 
 def _run_unit(name, backend, seed):
@@ -57,9 +54,7 @@ def test_stop_merger_cycles_agree(seed):
     from .test_plumbing import DONE_BIT, FMT, StopMerger, pack_event, random_events
     events = random_events(seed, kinds=("data", "data", "stop", "end", "end"))
     got = {}
-    for b in BACKENDS:
-        if b == "icarus" and shutil.which("iverilog") is None:
-            continue        # (the unit scenarios above report the skip)
+    for b in installed_backends():      # (the unit scenarios above report a skip)
         out, cycles = run_scenario(StopMerger(FMT), Scenario({"i": [pack_event(*e) for e in events]},
                                                              {"o": DONE_BIT}, seed=seed), b, "merger")
         got[b] = (out["o"], cycles)
@@ -76,9 +71,7 @@ def test_small_fabric_agrees_on_every_backend(reduced_sweep):
     prep = preps[SWEEP.index((8, 16))]
     ref = run_rtl(prep, "amaranth")
     assert ref.outputs_match
-    for backend in ("verilator", "icarus"):
-        if backend == "icarus" and shutil.which("iverilog") is None:
-            continue        # (the unit scenarios above report the skip)
+    for backend in installed_backends()[1:]:     # (the unit scenarios above report a skip)
         res = run_rtl(prep, backend)
         assert res.outputs_match, (backend, res.mismatches)
         assert res.cycles == ref.cycles and res.counters == ref.counters, backend

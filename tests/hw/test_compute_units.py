@@ -16,6 +16,7 @@ from step_hdl.units.functions import clamp_parts, saturate, shift_parts
 from step_hdl.units.params import ParamError
 
 from hw.harness import check_unit
+from step_hdl.units.base import not_elaborated
 
 L = ragged("L")
 M = ragged("M")
@@ -274,7 +275,7 @@ def test_map_matmul_row_tiles_default_is_inner_product():
     assert unit.configure(dict(fn=fn("matmul", transpose_b=True), n=2), types) == unit.config_image(fn=0)
     with pytest.raises(ParamError, match="produces int32\\[4,4\\], but the output port carries int32\\[1,1\\]"):
         unit.configure(dict(fn=fn("matmul", transpose_a=True), n=2), types)
-    unit._MustUse__silence = True  # configured only, never simulated
+    not_elaborated(unit)  # configured only, never simulated
 
 
 @pytest.mark.parametrize("tb", [False, True])
@@ -307,7 +308,7 @@ def test_map_matmul_square_registers():
     with pytest.raises(ParamError, match="transpose_a=True, transpose_b=False is not built"):
         plain.configure(dict(fn=fn("matmul", transpose_a=True), n=2), types)
     for u in (unit, plain):  # configured only, never simulated
-        u._MustUse__silence = True
+        not_elaborated(u)
 
 
 # --------------------------------------------------------------------------- integer div
@@ -543,7 +544,7 @@ def test_accum_keep_params():
     img = keep.configure(keep_op("add", "zeros", 1, 2), {"in": st})
     assert img == keep.config_image(rank=1, update=0, lowest=0, keep=2)
     for u in (plain, keep):  # configured only, never simulated
-        u._MustUse__silence = True
+        not_elaborated(u)
 
 
 @pytest.mark.parametrize("make, message", [
@@ -596,7 +597,7 @@ def test_pipelined_keep_unit_at_end_is_its_comparison():
 
 def test_pipelined_keep_unit_needs_keep():
     unit = Accum(AccumParams(rows=2, cols=2, dtype="int16", positions=3, max_rank=2, pipeline=True))
-    unit._MustUse__silence = True
+    not_elaborated(unit)
     st = StreamType(Tile("int16", 2, 2), (3, 4))
     with pytest.raises(ParamError, match=r"Accum: a pipelined unit with positions runs keep > 0 only \(a fabric "
                                          r"builds positions for a node with keep\), got keep=0"):
@@ -623,7 +624,7 @@ def test_bad_keep_configuration():
         keep.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (3, 4, 2, 4))})
     keep.configure(keep_op("add", "zeros", 1, 2), {"in": StreamType(t, (3, 4, 2, M))})  # not static: no check
     for u in (plain, keep, scan):  # configured only, never simulated
-        u._MustUse__silence = True
+        not_elaborated(u)
 
 
 # --------------------------------------------------------------------------- FlatMap
@@ -763,7 +764,7 @@ def test_bad_configuration():
         acc.configure(dict(update="add", init=fn("zeros", rows=2, cols=2, dtype="int32"), rank=2),
                       {"in": StreamType(Tile("int16", 2, 2), (3, 4))})
     for u in (unit, rq, acc):  # configured only, never simulated
-        u._MustUse__silence = True
+        not_elaborated(u)
 
 
 # --------------------------------------------------------------------------- large tiles (slow)

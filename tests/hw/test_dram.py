@@ -20,7 +20,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from step_hdl.sim.dram import MAX_LATENCY, DramModel
-from step_hdl.sim.dram_timing import DRAM_PRESETS, DramParams
+from step_hdl.sim.model.dram import DRAM_PRESETS, DramParams
 from step_hdl.sim.faults import DramFaults
 from step_hdl.units.memport import MemPortShape
 from step_hdl.units.params import ParamError

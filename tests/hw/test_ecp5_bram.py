@@ -16,6 +16,9 @@ from step_hdl.units.onchip import OnChipBuffer, OnChipBufferParams
 
 from hw.test_memory_units import L, _nested, buffer_reference, dyn, encode, tile_tokens, tiles
 
+#: the ECP5 primitives' simulation models run on Icarus
+pytestmark = pytest.mark.needs("iverilog")
+
 
 def buffer(sram_bytes, out_reg=True):
     return OnChipBuffer(OnChipBufferParams(rows=2, cols=2, dtype="int16", max_rank=3, sram_bytes=sram_bytes,

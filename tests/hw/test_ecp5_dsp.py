@@ -17,6 +17,9 @@ from hw.harness import check_unit
 from hw.test_compute_units import BINARY, paired, stream
 from hw.test_matmul_unit import chain_reference, operands
 
+#: the ECP5 primitives' simulation models run on Icarus
+pytestmark = pytest.mark.needs("iverilog")
+
 
 def matmul_unit(dt, pipeline=True):
     return MatMul(MatMulParams(rows=4, cols=4, dtype=dt, max_rank=3, matmul_transpose_a=False, pipeline=pipeline))

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from step_hdl.fpga.characterize import BASELINE_UNITS, HERE, baseline_key
-from step_hdl.fpga.ecp5 import synthesize, tool_versions
+from step_hdl.fpga.synth import synthesize, tool_versions
 from step_hdl.fpga.unit_table import unit
 
 pytestmark = pytest.mark.synth

@@ -1,5 +1,5 @@
 """Every unit's declared ``latency`` (``StepUnit.latency``, which the approximate model counts through
-``mapper.fusion.chain_latency``) is what the RTL does: the cycles from a unit's first input token to its first
+``mapper.latency.chain_latency``) is what the RTL does: the cycles from a unit's first input token to its first
 output token, with no stall on either side, on the back-end chosen with ``--sim``."""
 
 import dataclasses
@@ -9,6 +9,7 @@ import pytest
 from step_hdl.sim.rtl import run_scenario
 from step_hdl.sim.streams import Scenario
 from step_hdl.units.catalog import CATALOG
+from step_hdl.units.base import not_elaborated
 
 #: units whose first output follows from their first input (a buffer or an accumulation answers a whole
 #: chunk, a load the memory: their first output is timed by the chunk's close or the response)
@@ -38,7 +39,7 @@ def test_pipelined_unit_keeps_ii_1(name, sim_backend):
     ``latency`` cycles after the first pair."""
     entry = CATALOG[name]
     plain = entry.make(4, 4, "int16")
-    plain._MustUse__silence = True
+    not_elaborated(plain)
     unit = type(plain)(dataclasses.replace(plain.params, pipeline=True))
     assert plain.latency == 1 and unit.params.stages >= 2 and unit.latency == 1 + unit.params.stages
     kind, inputs, op_params, *rest = entry.stimulus(unit, 6)

@@ -16,6 +16,7 @@ from step_hdl.units.routing import EagerMerge, Partition, Reassemble, RoutingPar
 
 from helpers import ints, sels, text, toks
 from hw.harness import SEEDS, check_unit
+from step_hdl.units.base import not_elaborated
 
 # The Amaranth stream senders of the shared harness wait with ``ctx.tick().until(ready)``; a sender
 # still waiting when the run ends (Partition's selector drain, or a transfer in the same cycle as the
@@ -393,7 +394,7 @@ def test_bad_parameters():
 def test_bad_configuration():
     part, reas, merge = Partition(P3), Reassemble(P3), EagerMerge(P3)
     for u in (part, reas, merge):
-        u._MustUse__silence = True   # built only to be configured
+        not_elaborated(u)  # built only to be configured
     with pytest.raises(ParamError, match=r"Partition: the node routes n=2 streams but the unit was built for n=3"):
         part.configure(dict(n=2, rank=0), {"in": ints(L), "sel": sels(2, L)})
     with pytest.raises(ParamError, match=r"Partition: rank must be an integer in 0..max_rank=3, got 4"):
@@ -431,7 +432,7 @@ def test_sel_index_rejects_other_functions():
     from step_hdl.functions import fn
     from step_hdl.units.routing import SelIndex, SelIndexParams
     unit = SelIndex(SelIndexParams(n=2))
-    unit._MustUse__silence = True           # configured, never elaborated
+    not_elaborated(unit)  # configured, never elaborated
     with pytest.raises(ParamError, match="runs the function sel_index, the node uses"):
         unit.configure({"fn": fn("affine")}, {})
     with pytest.raises(ParamError, match="parameters must be SelIndexParams"):

@@ -13,6 +13,7 @@ from step_hdl.units.shape import (Expand, ExpandParams, Flatten, Promote, Repeat
 
 from helpers import ints, tiles, toks
 from hw.harness import check_unit
+from step_hdl.units.base import not_elaborated
 
 L = Ragged("L", integer=True, nonnegative=True)
 L2 = Ragged("L2", integer=True, nonnegative=True)
@@ -175,7 +176,7 @@ def test_zip(sim_backend, st0, st1, a, b):
 # ---------------------------------------------------------------- bad parameters
 
 def _configure_error(unit, op_params, in_types, match):
-    unit._MustUse__silence = True    # never elaborated
+    not_elaborated(unit)  # never elaborated
     with pytest.raises(ParamError, match=match):
         unit.configure(op_params, in_types)
 

@@ -12,6 +12,7 @@ from step_hdl.units.params import ParamError
 from step_hdl.units.source import IndexSource, IndexSourceParams, SelectorSource, SourceParams
 
 from .harness import check_unit
+from step_hdl.units.base import not_elaborated
 
 
 @pytest.mark.parametrize("length", [0, 1, 13])
@@ -27,7 +28,7 @@ def test_selector_source(sim_backend, length):
 
 def test_selector_source_rejects_too_many_values():
     unit = SelectorSource(SourceParams(n=4, capacity=2))
-    unit._MustUse__silence = True
+    not_elaborated(unit)
     with pytest.raises(ParamError, match="3 elements exceed the unit's capacity 2"):
         unit.configure({"n": 4}, {}, values=[1, 2, 4])
     with pytest.raises(ParamError, match="n = 40 choices do not fit"):
@@ -50,7 +51,7 @@ def test_index_source(sim_backend, length):
 
 def test_index_source_takes_the_node_values():
     unit = IndexSource(IndexSourceParams(capacity=4, max_rank=1))
-    unit._MustUse__silence = True
+    not_elaborated(unit)
     assert unit.configure({"values": [3, -7]}, {}) == unit.configure({}, {}, values=[3, -7])
     assert unit.configure({}, {}, values=[np.int64(5), np.array([[6]], np.int32)]) == \
         unit.configure({}, {}, values=[5, 6])
@@ -58,7 +59,7 @@ def test_index_source_takes_the_node_values():
 
 def test_index_source_errors():
     unit = IndexSource(IndexSourceParams(capacity=2))
-    unit._MustUse__silence = True
+    not_elaborated(unit)
     with pytest.raises(ParamError, match="IndexSource: 3 elements exceed the unit's capacity 2"):
         unit.configure({}, {}, values=[1, 2, 3])
     with pytest.raises(ParamError, match="element 1 = 2147483648 does not fit int32"):

@@ -11,7 +11,7 @@ import time
 import traceback
 from functools import lru_cache
 
-from .spec import SweepPoint
+from step_hdl.flow.sweep.spec import SweepPoint
 
 #: the metrics a record carries (``step-hdl metrics``)
 METRICS = ("offchip_bytes", "onchip_bytes", "flops", "operational_intensity")
@@ -27,23 +27,19 @@ def _workload(point: SweepPoint):
 def _group_fabric(peers: tuple, tile: int, dtype: str, fabric_json: str):
     """The fabric sized for every point of a group (``peers``: their JSON), built once per process."""
     import json
-    from step_hdl.mapper.prepare import shared_fabric
+    from step_hdl.flow.api import FitFabric, shared_fabric
     ws = [_workload(SweepPoint.from_json(json.loads(p))) for p in peers]
-    return shared_fabric(ws, tile, dtype, **json.loads(fabric_json))
+    return shared_fabric(ws, FitFabric(tile, dtype, json.loads(fabric_json)))
 
 
-def fabric_of(point: SweepPoint, workload, peers: tuple = ()):
-    """The fabric ``point`` runs on, with the point's fabric fields. A point that runs in RTL: the fabric
-    sized for the points of its group (``peers``, their JSON) or for itself alone, and the model times the
-    same one (as ``step-hdl compare``); a point only modelled: the default fabric of its tile and element
-    type (as ``step-hdl model``), which needs no lowering."""
+def fabric_of(point: SweepPoint, peers: tuple = ()):
+    """What ``point`` runs on: the fabric sized for the points of its group (``peers``, their JSON; one build
+    for all of them), or, alone, a fabric sized to fit it (a :class:`~step_hdl.flow.api.FitFabric`), with the
+    point's fabric fields either way; the model times the same one (as ``step-hdl compare``)."""
     import json
-    if "sim" not in point.evals and not peers:
-        from step_hdl.mapper.fabric import Fabric
-        return Fabric(tile=point.tile, dtype=point.params["dtype"], **point.fabric)
+    from step_hdl.flow.api import FitFabric
     if not peers:
-        from step_hdl.mapper.prepare import shared_fabric
-        return shared_fabric([workload], point.tile, point.params["dtype"], **point.fabric)
+        return FitFabric(point.tile, point.params["dtype"], point.fabric)
     return _group_fabric(tuple(sorted(peers)), point.tile, point.params["dtype"], json.dumps(point.fabric))
 
 
@@ -58,19 +54,18 @@ def _metrics(w) -> dict:
     return out
 
 
-def _model(point: SweepPoint, w, fab) -> dict:
-    from step_hdl.sim.model import ModelParams, simulate
-    res = simulate(w.graph, ModelParams.from_fabric(fab, point.dram), w.tensors, w.streams)
+def _model(point: SweepPoint, w, lowered) -> dict:
+    from step_hdl.flow.api import model
+    res = model(w, dram=point.dram, lowered=lowered)
     return {"model_cycles": res.cycles, "model_offchip_bytes": res.offchip_bytes,
             "model_bandwidth_utilization": round(res.bandwidth_utilization, 4),
             "model_compute_utilization": round(res.compute_utilization, 4)}
 
 
-def _sim(point: SweepPoint, w, fab, backend: str) -> dict:
-    from step_hdl.mapper.prepare import prepare
-    from step_hdl.sim.fabric import run
-    prep = prepare(w, fab)
-    res = run(prep, backend, point.dram)
+def _sim(point: SweepPoint, w, lowered, backend: str) -> dict:
+    from step_hdl.flow.api import sim
+    run = sim(w, lowered, backend, point.dram, with_model=False)
+    prep, res = run.prepared, run.rtl
     return {"rtl_cycles": res.cycles, "rtl_status": res.status, "rtl_outputs_match": res.outputs_match,
             "rtl_offchip_bytes": res.bytes_read + res.bytes_written, "rtl_reference_bytes": prep.reference_bytes,
             "rtl_design": prep.design.key(), "rtl_fabric": prep.design.fabric.to_json(),
@@ -89,11 +84,12 @@ def evaluate(point_json: dict, peers: tuple = (), backend: str = "verilator") ->
         if "metrics" in point.evals:
             rec.update(_metrics(w))
         if "model" in point.evals or "sim" in point.evals:
-            fab = fabric_of(point, w, peers)
+            from step_hdl.flow.api import lower
+            lowered = lower(w, fabric_of(point, peers))      # once: the model and the RTL run the same program
             if "model" in point.evals:
-                rec.update(_model(point, w, fab))
+                rec.update(_model(point, w, lowered))
             if "sim" in point.evals:
-                rec.update(_sim(point, w, fab, backend))
+                rec.update(_sim(point, w, lowered, backend))
     except Exception as exc:      # a failing point is recorded, not the end of the sweep
         from step_hdl.errors import StepError
         rec["status"] = "error"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from .spec import SweepError
+from step_hdl.flow.sweep.spec import SweepError
 
 
 def columns(rows: list) -> list:

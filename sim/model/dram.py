@@ -12,6 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from step_hdl.errors import StepError
+
+
+class DramError(StepError):
+    """DRAM timing that does not exist (an unknown preset)."""
+
 
 @dataclass(frozen=True)
 class DramParams:
@@ -50,6 +56,21 @@ class DramParams:
 #: Ramulator2 queue of 512 over 8 channels) and has ``inflight // channels`` of them outstanding at most.
 DRAM_PRESETS = {"paper": DramParams(8, 64, 64, 2, 512), "paper-studies": DramParams(32, 64, 64, 2, 2048),
                 "paper-interval1": DramParams(8, 64, 64, 1, 512)}
+
+
+def dram_params(dram: "DramParams | str") -> DramParams:
+    """``dram`` as timing parameters: a :class:`DramParams` as it is, or the name of a preset of
+    :data:`DRAM_PRESETS`; the flow resolves a preset here once, and everything below it takes the parameters."""
+    if isinstance(dram, DramParams):
+        return dram
+    if dram not in DRAM_PRESETS:
+        raise DramError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
+    return DRAM_PRESETS[dram]
+
+
+def preset_name(dram: DramParams) -> str:
+    """The name of the preset ``dram`` is (``custom`` for parameters of no preset)."""
+    return next((name for name, p in DRAM_PRESETS.items() if p == dram), "custom")
 
 
 #: cycles from a request's acceptance to its blocks' earliest issue (into the channel queue, then out)

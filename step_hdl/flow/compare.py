@@ -3,11 +3,11 @@
 A :class:`Point` is one configuration: a workload of the registry
 (:mod:`step_hdl.workloads.registry`) with its parameters, the physical tile,
 the DRAM preset and a *group*: the points of one group share one fabric
-(:func:`~step_hdl.mapper.prepare.shared_fabric`), so a sweep of one structure
+(:func:`~step_hdl.flow.api.shared_fabric`), so a sweep of one structure
 is one Verilator build. :data:`SWEEPS` holds the default sweeps
 (``step-hdl compare <workload>``, ``bench/crossval.py``).
 
-``step_hdl.sweep.compare.measure_points`` measures points in RTL through the
+``step_hdl.flow.sweep.compare.measure_points`` measures points in RTL through the
 sweep (outputs checked against the interpreter, off-chip bytes against the
 interpreter's) and records with each the fabric it ran on; :func:`compare`
 runs the model on every measured point,
@@ -15,8 +15,7 @@ on that same fabric and DRAM preset, and gives per-point errors
 (``model / rtl - 1``, positive: the model is slower) with the Pearson
 correlation, mean absolute percentage error and the worst point, over all
 points and per workload. :func:`check_points` refuses empty, duplicated or
-contradictory measurements; :func:`load_rtl_json` reads them back (also the
-SwiGLU sweep of ``bench/rtl_sim.py --sweep --json``).
+contradictory measurements; :func:`load_rtl_json` reads them back.
 """
 
 from __future__ import annotations
@@ -162,13 +161,10 @@ SWEEPS = {
 
 def model_cycles(result: dict) -> int:
     """The model's cycles for a measured point, on the fabric and DRAM preset it ran on."""
-    from step_hdl.mapper.fabric import Fabric
-    from step_hdl.sim.model import ModelParams, simulate
+    from .api import Fabric, model
     point = Point.from_json(result)
     w = point_workload(point)
-    fab = Fabric.from_json(result["fabric"]) if result.get("fabric") else Fabric(tile=point.tile,
-                                                                                    dtype=w.dtype.name)
-    return simulate(w.graph, ModelParams.from_fabric(fab, point.dram), w.tensors, w.streams).cycles
+    return model(w, Fabric.from_json(result["fabric"]) if result.get("fabric") else point.tile, point.dram).cycles
 
 
 # ----------------------------------------------------------------------------- comparing
@@ -268,11 +264,10 @@ def _stats(points):
     return pearson(rtl, model), mape(rtl, model), max(points, key=lambda q: abs(q["error_pct"]))
 
 
-def load_rtl_json(path, legacy_point=None) -> list[dict]:
-    """Measured points from a JSON file: a list of results (``step_hdl.sweep.compare.measure_points``), an object with a
-    ``points`` list (``bench/crossval.py --json``), or ``bench/rtl_sim.py --sweep --json`` output / a list of
-    ``{tile_b, tile_inter, cycles}`` (SwiGLU; ``legacy_point(tile_b, tile_inter)`` makes each one's
-    :class:`Point`). Raises :class:`CompareError` naming the file for anything else."""
+def load_rtl_json(path) -> list[dict]:
+    """Measured points from a JSON file: a list of results (``step_hdl.flow.sweep.compare.measure_points``,
+    ``step-hdl compare --save-rtl``) or an object with a ``points`` list (``bench/crossval.py --json``).
+    Raises :class:`CompareError` naming the file for anything else."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -281,27 +276,12 @@ def load_rtl_json(path, legacy_point=None) -> list[dict]:
     except json.JSONDecodeError as exc:
         raise CompareError(f"{path} is not valid JSON: {exc}") from None
     if isinstance(data, dict):
-        for key in ("points", "sweep"):
-            if key in data:
-                data = data[key]
-                break
-        else:
-            raise CompareError(f"{path}: expected a list of points or an object with a 'points' or 'sweep' list")
+        if "points" not in data:
+            raise CompareError(f"{path}: expected a list of points or an object with a 'points' list")
+        data = data["points"]
     if not isinstance(data, list):
         raise CompareError(f"{path}: expected a list of points")
-    out = []
-    for k, r in enumerate(data):
-        if isinstance(r, dict) and {"tile_b", "tile_inter"} <= set(r) and "workload" not in r:
-            if legacy_point is None:
-                raise CompareError(f"{path}: point {k} is a SwiGLU sweep point (tile_b, tile_inter); compare it "
-                                   f"with 'step-hdl compare swiglu'")
-            if r.get("status", "done") != "done" or not r.get("cycles"):
-                continue        # not run, or not finished
-            p = legacy_point(int(r["tile_b"]), int(r["tile_inter"]))
-            out.append({**p.to_json(), "rtl_cycles": r["cycles"], "outputs_match": r.get("outputs_match", True)})
-        else:
-            out.append(r)
-    return out
+    return data
 
 
 def plot(cmp: Comparison, path, title: str = "model against RTL cycles") -> None:

@@ -63,8 +63,8 @@ import json
 import sys
 import time
 
-from .errors import StepError
-from .workloads.registry import WORKLOADS, build
+from step_hdl.errors import StepError, check_writable
+from step_hdl.workloads.registry import WORKLOADS, build
 
 
 GRAPH = "graph"
@@ -84,24 +84,6 @@ def _int_at_least(low: int):
 
 
 _positive_int, _natural_int = _int_at_least(1), _int_at_least(0)
-
-
-def _writable(path, option: str) -> None:
-    """An :class:`OutputError` for an output file that cannot be written (a folder, a missing folder), raised
-    before any work; ``-`` (stdout) and None pass."""
-    import os
-    from pathlib import Path
-    from .errors import OutputError
-    if path is None or path == "-":
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise OutputError(f"{option} {path}: is a folder; expected a file name")
-    parent = p.parent
-    if not parent.is_dir():
-        raise OutputError(f"{option} {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{option} {path}: the folder {parent} is not writable")
 
 
 def _positive_float(text: str) -> float:
@@ -149,7 +131,7 @@ def _add_workload_parsers(sub, command: str, help_text: str, extra=None, graph_f
 def _workload(args):
     """The workload a command names: a built-in one with its parameters, or a graph file with its inputs."""
     if args.workload == GRAPH:
-        from .workloads.files import load
+        from step_hdl.workloads.files import load
         return load(args.path, args.inputs)
     return build(args.workload, args)
 
@@ -166,10 +148,10 @@ def _params_of(args) -> dict:
 
 
 def cmd_metrics(args) -> int:
-    from .metrics import metrics, workload_values
+    from step_hdl.metrics import metrics, workload_values
     if args.workload == GRAPH and args.symbolic and args.inputs is None:
         # the expressions alone: a graph file needs no inputs for them
-        from .workloads.files import load_graph
+        from step_hdl.workloads.files import load_graph
         w, graph, values = None, load_graph(args.path), {}
     else:
         w = _workload(args)
@@ -207,7 +189,7 @@ def cmd_metrics(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .metrics import metrics, observed_symbols
+    from step_hdl.metrics import metrics, observed_symbols
     w = _workload(args)
     t0 = time.perf_counter()
     res = w.run(seed=args.seed_schedule, max_steps=args.max_steps, max_idle_steps=args.max_idle_steps)
@@ -235,13 +217,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_model(args) -> int:
-    from .flow import model
+    from step_hdl.flow import model
     w = _workload(args)
-    dt = w.dtype.name if w.dtype.name in ("int8", "int16", "int32", "fp32", "bf16") else "int16"
+    fabric = _target(args)
     t0 = time.perf_counter()
-    res = model(w, args.phys_tile, args.dram, timing_only=not args.values, dtype=dt)
+    res = model(w, fabric, args.dram, timing_only=not args.values)
     wall = time.perf_counter() - t0
-    report = {"workload": _label(args), "params": _params_of(args), "phys_tile": args.phys_tile, "dram": args.dram,
+    report = {"workload": _label(args), "params": _params_of(args), "phys_tile": fabric.tile, "dram": args.dram,
               **res.to_dict(), "wall_s": round(wall, 3)}
     if args.values:
         bad = w.mismatches(type("R", (), {"memory": res.memory})())
@@ -249,7 +231,7 @@ def cmd_model(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"{_label(args)}: {res.cycles:,} cycles (model, {args.phys_tile}x{args.phys_tile} tiles, DRAM '{args.dram}', "
+    print(f"{_label(args)}: {res.cycles:,} cycles (model, {fabric.tile}x{fabric.tile} tiles, DRAM '{args.dram}', "
           f"{wall:.2f} s)")
     print(f"  off-chip bytes {res.offchip_bytes:,}, bandwidth utilization {res.bandwidth_utilization:.3f}, "
           f"matmul utilization {res.compute_utilization:.3f}")
@@ -266,6 +248,16 @@ PIPELINE_HELP = ("pipeline the compute units' deep functions (matmul, silu, exp)
                  "(docs/fpga-units.md) for a few cycles more latency at the same throughput")
 
 
+def _fabric_options(p, fabric_file: bool = True):
+    """``--phys-tile``, and ``--fabric`` and ``--pipeline``: what a command runs on (:func:`_target`)."""
+    from step_hdl.mapper import DEFAULT_TILE
+    p.add_argument("--phys-tile", type=_positive_int, default=None,
+                   help=f"physical tile side of a fabric sized to fit (default: {DEFAULT_TILE}, or --fabric's)")
+    if fabric_file:
+        p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
+    p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
+
+
 def _bound_line(bound, cycles) -> str:
     b = bound
     port = f" ({b.port_name})" if b.port_name else ""
@@ -273,27 +265,36 @@ def _bound_line(bound, cycles) -> str:
             f"busiest port{port} {b.port:,}); this run reached {b.fraction(cycles):.2f} of it")
 
 
+def _target(args):
+    """What the command runs on: ``--fabric``'s fabric, or one sized to fit on ``--phys-tile``'s tile
+    (:data:`~step_hdl.flow.DEFAULT_TILE` when neither is given), with ``--pipeline``; a ``--phys-tile`` that
+    is not the ``--fabric``'s tile is an error, not ignored."""
+    from step_hdl.flow import DEFAULT_TILE, Fabric, target
+    fields = {"pipeline": True} if getattr(args, "pipeline", False) else {}
+    tile = getattr(args, "phys_tile", None)
+    if getattr(args, "fabric", None):
+        fab = Fabric.load(args.fabric)
+        if tile is not None and tile != fab.tile:
+            raise StepError(f"--phys-tile {tile} and --fabric {args.fabric} (tile {fab.tile}) disagree: give "
+                            f"one of them")
+        return target(fab, **fields)
+    return target(tile if tile is not None else DEFAULT_TILE, **fields)
+
+
 def _prepared(args):
-    from .flow import Fabric, prepare
-    from .sim.ticker import Ticker
+    from step_hdl.flow import prepare
+    from step_hdl.ticker import Ticker
     w = _workload(args)
-    fabric = Fabric.load(args.fabric) if args.fabric else args.phys_tile
     with Ticker(lambda: "", f"  lowering {_label(args)} and planning its fabric", not args.json):
-        if getattr(args, "pipeline", False):
-            import dataclasses
-            from .mapper.prepare import shared_fabric
-            fabric = dataclasses.replace(fabric if isinstance(fabric, Fabric) else shared_fabric([w], fabric),
-                                         pipeline=True)
-        return w, prepare(w, fabric)
+        return w, prepare(w, _target(args))
 
 
 def cmd_build(args) -> int:
-    from .flow import build as emit
-    from .sim.emit import check_output_dir
-    check_output_dir(args.output, args.force)       # before the work: never a refusal after minutes
+    from step_hdl.flow import build as emit, check_build_dir
+    from step_hdl.ticker import Ticker
+    check_build_dir(args.output, args.force)       # before the work: never a refusal after minutes
     t0 = time.perf_counter()
     w, prep = _prepared(args)
-    from .sim.ticker import Ticker
     with Ticker(lambda: f"{len(prep.design.units)} units", f"  writing the Verilog and testbench to {args.output}",
                 not args.json):
         report = emit(prep, args.output, args.dram, force=args.force)
@@ -308,46 +309,24 @@ def cmd_build(args) -> int:
 
 
 def cmd_sim(args) -> int:
-    from .flow import DRAM_PRESETS, model, run_rtl as rtl_run
+    from step_hdl.flow import sim
+    option = "-o" if args.command == "report" else "--report"
     if args.report:
-        from .report import check_target
-        check_target(args.report, args.force, "-o" if args.command == "report" else "--report")  # before the run
+        from step_hdl.flow.report import check_target
+        check_target(args.report, args.force, option)  # before the run
     w, prep = _prepared(args)
     if not args.json:
         print(f"{_label(args)}: {len(prep.design.units)} units on {prep.design.fabric.tile}x"
               f"{prep.design.fabric.tile} tiles, {len(prep.image)} memory words; simulating on {args.backend}",
               file=sys.stderr, flush=True)
-    dram = DRAM_PRESETS[args.dram]
-    sampling, m0, model_s = {}, None, 0.0
-    if args.report or not getattr(args, "no_model", False):
-        # before the run: the report's sampling interval comes from it
-        t0 = time.perf_counter()
-        m0 = model(w, prep.design.fabric, dram)
-        model_s = time.perf_counter() - t0
-    if args.report:     # the sampling interval from the model's cycles
-        from .report import sample_every
-        sampling = {"samples": args.samples, "sample_every": sample_every(m0.cycles, args.samples)}
-    res = rtl_run(prep, args.backend, args.dram, progress=not args.json, waves=args.waves, **sampling)
-    report = {"workload": _label(args), "params": _params_of(args), "tile": prep.design.fabric.tile,
-              **res.to_json(prep.design, dram), "reference_offchip_bytes": prep.reference_bytes}
-    from step_hdl.mapper.design import buffer_bytes
-    report["buffer_bytes"] = buffer_bytes(prep.design)
-    for plan in prep.program.pools:     # the mapper's bound and this program's need beside the measured peak
-        report["pools"][plan["name"]] = {**plan, **report["pools"][plan["name"]]}
-    if args.waves:
-        report["waves"] = res.waves
+    run = sim(w, backend=args.backend, dram=args.dram, with_model=not getattr(args, "no_model", False),
+              samples=args.samples if args.report else 0, waves=args.waves, progress=not args.json, prepared=prep)
+    res, m0 = run.rtl, run.model
+    report = {"workload": _label(args), "params": _params_of(args), **run.record()}
     if args.report:
-        from .report import collect, render, write
-        data = collect(w, prep, args.backend, args.dram, args.samples, title=_label(args), params=_params_of(args),
-                       rtl=res, model_result=m0)
-        write(args.report, render(data), args.force, "-o" if args.command == "report" else "--report")
+        from step_hdl.flow.report import collect, render, write
+        write(args.report, render(collect(run, _label(args), _params_of(args))), args.force, option)
         report["report"] = args.report
-    if not getattr(args, "no_model", False):
-        report["model_cycles"] = m0.cycles
-        report["model_error"] = round((m0.cycles - res.cycles) / max(1, res.cycles), 4)
-        # the bound's counts (matmul FLOPs, bytes, requests per port) are the program's, whoever ran it
-        report["bound"] = m0.bound.to_json(res.cycles)
-        report["model_wall_s"] = round(model_s, 3)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -378,9 +357,9 @@ def cmd_sim(args) -> int:
 
 
 def cmd_draw(args) -> int:
-    _writable(args.output, "-o")
+    check_writable(args.output, "-o")
     if args.workload == GRAPH:        # the graph alone: no inputs needed
-        from .workloads.files import load_graph
+        from step_hdl.workloads.files import load_graph
         graph = load_graph(args.path)
     else:
         graph = _workload(args).graph
@@ -394,9 +373,9 @@ def cmd_draw(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .workloads.files import save_inputs
-    _writable(args.output, "-o")
-    _writable(args.inputs, "--inputs")
+    from step_hdl.workloads.files import save_inputs
+    check_writable(args.output, "-o")
+    check_writable(args.inputs, "--inputs")
     w = _workload(args)
     _write(args.output, w.graph.dumps())
     if args.inputs:
@@ -421,7 +400,7 @@ def _write(path: str, text: str):
 def parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; ``command``: the one about to run, if known (the units ``synth`` takes are
     listed only for ``synth``: reading them imports the hardware library)."""
-    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.sim.model.dram import DRAM_PRESETS
     ap = argparse.ArgumentParser(prog="step-hdl", description="Streaming Tensor Programs to hardware.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_workload_parsers(sub, "metrics", "symbolic metrics of a workload",
@@ -436,15 +415,13 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
                             "(default: 1,000,000)")
     _add_workload_parsers(sub, "run", "run the reference interpreter and check against numpy", run_args)
     def model_args(p):
-        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
+        _fabric_options(p)
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         p.add_argument("--values", action="store_true", help="compute values too and check them against numpy")
     _add_workload_parsers(sub, "model", "approximate performance model (cycles, traffic, utilization)",
                           model_args)
     def fabric_args(p, sim):
-        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
-        p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
-        p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
+        _fabric_options(p)
         p.add_argument("--dram", default="paper", choices=tuple(DRAM_PRESETS), help="DRAM preset (default: paper)")
         if sim:
             p.add_argument("--backend", default="verilator", choices=("amaranth", "verilator", "icarus"),
@@ -489,32 +466,28 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_workload_parsers(sub, "export", "a workload's graph as JSON", export_args, graph_files=False)
     _add_compare_parser(sub)
     _add_synth_parser(sub, units=command in (None, "synth"))
-    from .sweep.command import add_parser as add_sweep_parser
+    from step_hdl.flow.sweep.command import add_parser as add_sweep_parser
     add_sweep_parser(sub, WORKLOADS)
     return ap
 
 
 def cmd_compare(args) -> int:
-    from step_hdl.sim.compare import PAPER_SWIGLU, SWEEPS, CompareError, Point, compare, load_rtl_json, \
+    from step_hdl.flow.compare import PAPER_SWIGLU, SWEEPS, CompareError, Point, compare, load_rtl_json, \
         swiglu_points
-    from step_hdl.sweep import compare as sweep_compare
+    from step_hdl.flow.sweep import compare as sweep_compare
     name = args.workload
-    _writable(args.plot, "--plot")
-    _writable(args.save_rtl, "--save-rtl")
+    check_writable(args.plot, "--plot")
+    check_writable(args.save_rtl, "--save-rtl")
     if name == "swiglu":
         size = tuple(args.size) if args.size else PAPER_SWIGLU
-        sweep = swiglu_points(size, args.phys_tile, args.dram or "paper")
-        title = f"SwiGLU B={size[0]} H={size[1]} I={size[2]} int16, {args.phys_tile}x{args.phys_tile} tiles"
+        tile = args.phys_tile or 16         # the paper's sweep is at 16x16
+        sweep = swiglu_points(size, tile, args.dram or "paper")
+        title = f"SwiGLU B={size[0]} H={size[1]} I={size[2]} int16, {tile}x{tile} tiles"
     else:
         sweep = SWEEPS[name](args.dram or "paper")
         title = f"{name} (default sweep)"
-    by_grid = {(p.params["tile-b"], p.params["tile-inter"]): p for p in sweep} if name == "swiglu" else {}
-
-    def legacy(tb, ti):     # bench/rtl_sim.py's {tile_b, tile_inter, cycles}: this command's sizes, tile, preset
-        return by_grid.get((tb, ti)) or Point("swiglu", {**sweep[0].params, "tile-b": tb, "tile-inter": ti},
-                                               sweep[0].tile, sweep[0].dram, sweep[0].group)
     if args.rtl_json:
-        results = load_rtl_json(args.rtl_json, legacy if name == "swiglu" else None)
+        results = load_rtl_json(args.rtl_json)
         for k, r in enumerate(results):
             p = Point.from_json(r, f"{args.rtl_json}: point {k}")
             label = "moe-tm" if p.group.startswith("moe tm") else p.workload
@@ -534,7 +507,7 @@ def cmd_compare(args) -> int:
             _write(args.save_rtl, json.dumps(results, indent=1))
     cmp = compare(results)
     if args.plot:
-        from step_hdl.sim.compare import plot
+        from step_hdl.flow.compare import plot
         plot(cmp, args.plot, title)
     if args.json:
         print(json.dumps(cmp.to_dict(), indent=1))
@@ -545,8 +518,8 @@ def cmd_compare(args) -> int:
 
 
 def _add_compare_parser(sub):
-    from step_hdl.sim.compare import SWEEPS
-    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.flow.compare import SWEEPS
+    from step_hdl.sim.model.dram import DRAM_PRESETS
     p = sub.add_parser("compare", help="approximate model vs measured RTL cycles over a sweep")
     wsub = p.add_subparsers(dest="workload", required=True, metavar="WORKLOAD")
     helps = {"swiglu": "SwiGLU tile-size sweep (the paper's, at 16x16; --size and --phys-tile scale it)",
@@ -558,14 +531,14 @@ def _add_compare_parser(sub):
         wp = wsub.add_parser(name, help=helps[name], description=f"approximate model vs measured RTL cycles: "
                                                                  f"{helps[name]}")
         wp.add_argument("--rtl-json", default=None,
-                        help="measured RTL results (--save-rtl or bench/crossval.py --json output; for swiglu also "
-                             "a list of {tile_b, tile_inter, cycles} or bench/rtl_sim.py --sweep --json output)")
+                        help="measured RTL results (--save-rtl or bench/crossval.py --json output)")
         if name == "swiglu":
             wp.add_argument("--sweep", default="paper", choices=("paper",),
                             help="sweep (default: paper: B=64 H=256 I=512, tile_b x tile_inter)")
             wp.add_argument("--size", type=_positive_int, nargs=3, metavar=("B", "H", "I"), default=None,
                             help="SwiGLU sizes (default: the paper's 64 256 512)")
-            wp.add_argument("--phys-tile", type=_positive_int, default=16, help="physical tile side (default: 16)")
+            wp.add_argument("--phys-tile", type=_positive_int, default=None,
+                            help="physical tile side (default: 16, the paper's; the sweep scales with it)")
         wp.add_argument("--backend", default="verilator", choices=("verilator", "icarus", "amaranth"),
                         help="simulator for the RTL runs when no --rtl-json is given (default: verilator)")
         wp.add_argument("--dram", default=None, choices=tuple(DRAM_PRESETS),
@@ -577,7 +550,7 @@ def _add_compare_parser(sub):
 
 
 def _add_synth_parser(sub, units: bool = True):
-    from step_hdl.fpga.ecp5 import TARGETS
+    from step_hdl.fpga.tools import TARGETS
     from step_hdl.fpga.unit_table import PIPELINED
 
     def common(p):
@@ -596,9 +569,7 @@ def _add_synth_parser(sub, units: bool = True):
                        help="nextpnr's placement seed (default: 1); a netlist's Fmax moves with it (docs/fpga.md)")
 
     def fabric(p):
-        p.add_argument("--phys-tile", type=_positive_int, default=4, help="physical tile side (default: 4)")
-        p.add_argument("--fabric", default=None, help="fabric description (JSON); default: sized to fit")
-        p.add_argument("--pipeline", action="store_true", help=PIPELINE_HELP)
+        _fabric_options(p)
         common(p)
 
     p = _add_workload_parsers(sub, "synth", "synthesize, place and route a mapped workload or one unit on an FPGA",
@@ -621,7 +592,7 @@ def _add_synth_parser(sub, units: bool = True):
 
 
 def cmd_synth(args) -> int:
-    from step_hdl.fpga.ecp5 import synthesize
+    from step_hdl.flow import synthesize, synthesize_unit
     if args.target != "ecp5-85f" and (args.router or args.placer or args.timing_weight):
         option, what = (("--router", "router") if args.router else ("--placer", "placer") if args.placer
                         else ("--timing-weight", "placer's timing weight"))
@@ -629,24 +600,21 @@ def cmd_synth(args) -> int:
                         "(docs/fpga.md): leave it out")
     t0 = time.perf_counter()
     say = lambda msg: print(msg, file=sys.stderr, flush=True)      # noqa: E731
+    options = dict(target=args.target, workdir=args.workdir, freq_mhz=args.freq, place=not args.no_place,
+                   seed=args.place_seed, router=args.router, placer=args.placer, timing_weight=args.timing_weight,
+                   progress=say)
     if args.workload in WORKLOADS or args.workload == GRAPH:
-        from step_hdl.mapper.top import FabricTop
         _, prep = _prepared(args)
         d = prep.design
         say(f"{_label(args)}: {len(d.units)} units, {len(d.edges)} FIFOs on {d.fabric.tile}x{d.fabric.tile} "
             f"{d.fabric.dtype} tiles (without the testbench counters and the DRAM model)")
-        component, name = FabricTop(d, counters=False), f"{d.name}_top"
+        rep = synthesize(prep, **options)
         what = {"workload": _label(args), "params": _params_of(args), "tile": d.fabric.tile}
     else:
-        from step_hdl.fpga.unit_table import unit
         pipeline = getattr(args, "pipeline", False)
-        component, name = unit(args.workload, args.tile, args.dtype, pipeline), args.workload
+        rep = synthesize_unit(args.workload, args.tile, args.dtype, pipeline, **options)
         what = {"unit": args.workload, "tile": args.tile, "dtype": args.dtype,
                 **({"pipeline": True} if pipeline else {})}
-        name = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
-    rep = synthesize(component, name, args.target, args.workdir, args.freq, place=not args.no_place,
-                     seed=args.place_seed, router=args.router, placer=args.placer, timing_weight=args.timing_weight,
-                     progress=say)
     report = {**what, **rep.to_json(), **({"place_seed": args.place_seed} if not args.no_place else {}),
               "total_wall_s": round(time.perf_counter() - t0, 2)}
     if args.json:
@@ -674,7 +642,7 @@ def cmd_synth(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep.command import cmd_sweep as run
+    from step_hdl.flow.sweep.command import cmd_sweep as run
     return run(args)
 
 

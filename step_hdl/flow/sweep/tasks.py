@@ -3,7 +3,7 @@ studies (``bench/paper``) run their points with, so they run in parallel, and a 
 change takes seconds.
 
 A call's key hashes the function's name, its keyword arguments, the code
-version of the model and the simulators (:func:`~step_hdl.sweep.cache.code_version`)
+version of the model and the simulators (:func:`~step_hdl.flow.sweep.cache.code_version`)
 and the contents of ``files`` (the script that defines the function, its helpers,
 the traces it reads).
 """
@@ -14,8 +14,8 @@ import hashlib
 import json
 import time
 
-from .cache import ResultCache, _file_hash, code_version
-from .executors import executor
+from step_hdl.flow.sweep.cache import ResultCache, file_hash, code_version
+from step_hdl.flow.sweep.executors import executor
 
 
 def call_key(fn, kwargs: dict, files=(), evals=("model",)) -> str:
@@ -25,7 +25,7 @@ def call_key(fn, kwargs: dict, files=(), evals=("model",)) -> str:
     for f in files:
         p = Path(f)
         st = p.stat()
-        hashes[p.name] = _file_hash(str(p.resolve()), st.st_mtime_ns, st.st_size)
+        hashes[p.name] = file_hash(str(p.resolve()), st.st_mtime_ns, st.st_size)
     blob = json.dumps({"fn": f"{fn.__module__}.{fn.__qualname__}", "kwargs": kwargs, "files": hashes,
                        "code": code_version(evals)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -6,10 +6,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .cache import ResultCache, point_key
-from .evaluate import evaluate
-from .executors import executor
-from .spec import SweepError, SweepPoint
+from step_hdl.flow.sweep.cache import ResultCache, point_key
+from step_hdl.flow.sweep.evaluate import evaluate
+from step_hdl.flow.sweep.executors import executor
+from step_hdl.flow.sweep.spec import SweepError, SweepPoint
 
 #: record fields that are wall times: they differ between runs of the same point (``identical`` skips them)
 TIME_FIELDS = ("seconds", "rtl_build_s", "rtl_run_s")

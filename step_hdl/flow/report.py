@@ -9,12 +9,12 @@ off-chip bandwidth over time against the DRAM's peak; the cycle bound and what
 binds it; and the FPGA resource estimate. Plots are matplotlib SVG inlined in
 the page, so it opens anywhere with no network and no script.
 
-This is the top layer (beside :mod:`step_hdl.flow`): it runs the flow and
-reads its results; nothing below imports it.
+This is the top layer: it reads the flow's results (:mod:`step_hdl.flow.api`); nothing below imports it.
 
-    from step_hdl.report import collect, render, write
-    data = collect(workload, prep, "verilator", "paper")    # RTL run with sampling, model with a timeline
-    write("run.html", render(data))
+    from step_hdl.flow import DEFAULT_SAMPLES, sim
+    from step_hdl.flow.report import collect, render, write
+    run = sim(workload, 4, samples=DEFAULT_SAMPLES)     # the harness samples its counters
+    write("run.html", render(collect(run)))
 """
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OutputError, StepError
+from step_hdl.errors import OutputError, StepError
+from step_hdl.sim.model.dram import preset_name
+
+from .api import model
 
 #: the first line of every page this module writes: a file that starts otherwise is the user's, never
 #: overwritten without ``force``
 MARK = "<!-- step-hdl report -->"
-
-#: samples the harness keeps by default (the timeline's resolution)
-DEFAULT_SAMPLES = 200
-
 
 @dataclass
 class ReportData:
@@ -60,48 +59,29 @@ class ReportData:
                 "wall_s": self.wall_s}
 
 
-def sample_every(expected_cycles: int, samples: int = DEFAULT_SAMPLES) -> int:
-    """The sampling interval for a run expected to take about ``expected_cycles``: ``samples`` intervals
-    cover a quarter more than that (a run longer than the cover keeps its last interval whole: the final
-    counters close it)."""
-    return max(1, math.ceil(1.25 * max(1, expected_cycles) / samples))
-
-
-def collect(workload, prep, backend: str = "verilator", dram: str = "paper", samples: int = DEFAULT_SAMPLES,
-            every: int | None = None, title: str = "", params: dict | None = None, progress: bool = False,
-            rtl=None, model_result=None) -> ReportData:
-    """Run ``prep`` (a :class:`~step_hdl.mapper.prepare.Prepared` of ``workload``) in RTL with the harness
-    sampling its counters, and the model with a timeline of the same bins; estimate the FPGA resources.
-    ``every``: the sampling interval (default: from the model's cycles, :func:`sample_every`). ``rtl``,
-    ``model_result``: runs already made (``rtl`` must have been sampled)."""
-    from .flow import DRAM_PRESETS, model, run_rtl
+def collect(run, title: str = "", params: dict | None = None) -> ReportData:
+    """The page's data from ``run`` (a :class:`~step_hdl.flow.api.SimRun` whose harness sampled its counters,
+    :func:`~step_hdl.flow.api.sim` with ``samples``): the model again with a timeline of the same bins, and the
+    FPGA resource estimate."""
+    if not run.rtl.timeline:
+        raise ValueError("collect: the run was not sampled (step_hdl.flow.sim(..., samples=N))")
+    prep, every = run.prepared, run.rtl.timeline["every"]
     wall = {}
     t0 = time.perf_counter()
-    preset = DRAM_PRESETS[dram]
-    if every is None and rtl is not None and rtl.timeline:
-        every = rtl.timeline["every"]
-    if every is None:           # from the model's cycles: a first run without a timeline
-        if model_result is None:
-            model_result = model(workload, prep.design.fabric, preset)
-        every = sample_every(model_result.cycles, samples)
-    if model_result is None or (model_result.timeline or {}).get("every") != every:
-        model_result = model(workload, prep.design.fabric, preset, timeline=every)
+    model_result = model(run.workload, dram=run.dram, timeline=every, lowered=prep.lowered)
     wall["model_s"] = round(time.perf_counter() - t0, 3)
-    if rtl is None:
-        rtl = run_rtl(prep, backend, preset, progress=progress, samples=samples, sample_every=every)
-    elif not rtl.timeline:
-        raise ValueError("collect: the RTL result given was not sampled (run_rtl(..., samples=N))")
-    wall["rtl_s"] = round(rtl.wall_s, 3)
-    wall["build_s"] = round(rtl.build_s, 3)
+    wall["rtl_s"] = round(run.rtl.wall_s, 3)
+    wall["build_s"] = round(run.rtl.build_s, 3)
     try:
-        from .fpga.cost import estimate
+        from step_hdl.fpga.cost import estimate
         est = estimate(prep.design)
     except (StepError, KeyError, OSError) as exc:   # the page still shows the run and says why there is none
         est = {"error": f"{type(exc).__name__}: {exc}"}
     md = model_result.to_dict()
     md["timeline"] = model_result.timeline
-    return ReportData(title or prep.design.name, params or {}, backend, dram, preset.peak_bytes_per_cycle,
-                      prep.design.to_json(), rtl.to_json(prep.design, preset), rtl.timeline, md, est, wall)
+    return ReportData(title or prep.design.name, params or {}, run.rtl.backend, preset_name(run.dram),
+                      run.dram.peak_bytes_per_cycle, prep.design.to_json(), run.rtl.to_json(prep.design, run.dram),
+                      run.rtl.timeline, md, est, wall)
 
 
 # ----------------------------------------------------------------------------- the timeline's arithmetic
@@ -366,8 +346,8 @@ def check_target(path, force: bool = False, option: str = "--report") -> None:
     """An :class:`OutputError` unless a page can go to ``path``: a file the command line's outputs may write
     (not a folder, in a writable folder that exists), and not an existing file other than a step-hdl report
     (unless ``force``). Called before the run."""
-    from .cli import _writable
-    _writable(path, option)
+    from step_hdl.errors import check_writable
+    check_writable(path, option)
     p = Path(path)
     if p.exists() and not force:
         with open(p, "rb") as f:

@@ -20,7 +20,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from .spec import SweepPoint
+from step_hdl.flow.sweep.spec import SweepPoint
 
 #: per evaluation, the modules whose import closure (``step_hdl.sources.closure``, lazy imports included)
 #: its results depend on: a change to the model does not invalidate RTL results, nor a unit's metrics
@@ -29,7 +29,7 @@ _ENTRIES = {"metrics": ("step_hdl.metrics", "step_hdl.workloads.registry"),
             "sim": ("step_hdl.sim.fabric", "step_hdl.sim.cocotb_fabric", "step_hdl.mapper.prepare",
                     "step_hdl.workloads.registry")}
 #: the sweep's own modules that shape a record (not their closure: they import every evaluation lazily)
-_RECORD = ("step_hdl.sweep.evaluate", "step_hdl.sweep.spec")
+_RECORD = ("step_hdl.flow.sweep.evaluate", "step_hdl.flow.sweep.spec")
 
 
 def cache_root() -> Path:
@@ -57,7 +57,9 @@ def code_version(evals) -> str:
 
 
 @lru_cache(maxsize=None)
-def _file_hash(path: str, mtime_ns: int, size: int) -> str:
+def file_hash(path: str, mtime_ns: int, size: int) -> str:
+    """The content hash of file ``path`` (``mtime_ns`` and ``size`` key the memo: a changed file is hashed
+    again)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
@@ -74,11 +76,11 @@ def trace_files(point: SweepPoint) -> list[Path]:
 def point_key(point: SweepPoint, peers: tuple = ()) -> str:
     """The content hash of ``point`` (``peers``: the definitions of the points of its fabric group)."""
     from dataclasses import asdict
-    from step_hdl.sim.dram_timing import DRAM_PRESETS
+    from step_hdl.sim.model.dram import DRAM_PRESETS
     traces = {}
     for path in trace_files(point):
         st = path.stat()
-        traces[path.name] = _file_hash(str(path), st.st_mtime_ns, st.st_size)
+        traces[path.name] = file_hash(str(path), st.st_mtime_ns, st.st_size)
     blob = json.dumps({"point": point.to_json(), "peers": sorted(peers), "dram": asdict(DRAM_PRESETS[point.dram]),
                        "traces": traces, "code": code_version(point.evals)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

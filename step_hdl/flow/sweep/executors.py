@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Iterator
 
-from .spec import SweepError
+from step_hdl.flow.sweep.spec import SweepError
 
 EXECUTORS = ("process", "ray", "serial")
 

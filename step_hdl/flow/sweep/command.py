@@ -1,4 +1,4 @@
-"""``step-hdl sweep``: the command line of :mod:`step_hdl.sweep`.
+"""``step-hdl sweep``: the command line of :mod:`step_hdl.flow.sweep`.
 
     step-hdl sweep moe --grid trace=mixtral_b64,qwen_b64 --grid tile=4,8,16 --set tiling=static \\
         --eval metrics,model --out moe.csv --plot pareto.png --pareto onchip_bytes,model_cycles
@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from .spec import EVALS, SweepError, grid, SweepPoint
+from step_hdl.flow.sweep.spec import EVALS, SweepError, grid, SweepPoint
 
 #: the results the summary shows per point (all of them are in --out and --json)
 RESULTS = ("offchip_bytes", "onchip_bytes", "model_cycles", "rtl_cycles", "rtl_outputs_match")
@@ -42,7 +42,7 @@ def _assignment(many: bool):
 
 
 def add_parser(sub, workloads) -> None:
-    from .executors import EXECUTORS
+    from step_hdl.flow.sweep.executors import EXECUTORS
     p = sub.add_parser("sweep", help="evaluate a grid or list of points (metrics, model, RTL), cached, in parallel",
                        description="Evaluate every point of a grid (or a definition file) with the metrics, the "
                                    "model and/or the RTL, on a local process pool (default) or a Ray cluster; "
@@ -112,14 +112,14 @@ def points_of(args) -> list:
 
 
 def cmd_sweep(args) -> int:
-    from step_hdl.cli import _writable
+    from step_hdl.errors import check_writable
     from step_hdl.errors import OutputError
-    from .cache import ResultCache
-    from .run import run_sweep
-    from .table import plot_pareto, write_table
+    from step_hdl.flow.sweep.cache import ResultCache
+    from step_hdl.flow.sweep.run import run_sweep
+    from step_hdl.flow.sweep.table import plot_pareto, write_table
     from pathlib import Path
     for path, opt in ((args.out, "--out"), (args.plot, "--plot")):
-        _writable(path, opt)
+        check_writable(path, opt)
         if path is not None and Path(path).exists() and not args.force:
             raise OutputError(f"{opt} {path}: the file exists; give --force to overwrite it")
     if args.out is not None and not str(args.out).endswith((".csv", ".json")):

@@ -40,7 +40,7 @@ fabric:
   pieces), so a long path buffers what the RTL buffers, not ``depth`` logical
   tiles;
 * a token spends the pipeline cycles of the units the lowering makes of its
-  node (:func:`~step_hdl.mapper.fusion.chain_latency`: on the slowest path
+  node (:func:`~step_hdl.mapper.latency.chain_latency`: on the slowest path
   through them, a FIFO cycle into each unit after the first, ``units.stream.Queue``
   latency 1, and each unit's declared ``latency``: a Map's output register, an
   on-chip buffer's SRAM read and register): it arrives that much later, at
@@ -106,27 +106,24 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from step_hdl import ops
 from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
-from step_hdl.graph import Graph
-from step_hdl.interp import Context, _bindings
-from step_hdl.mapper.fifo import capped_depths
-from step_hdl.mapper.fusion import chain_latency
-from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, TilingError, row_blocks, counted_streams,
-                                    in_row_blocks, physical_tiles, row_tiled, stream_tokens, tile_physical)
-
-from .bounds import CycleBound, cycle_bound
+from step_hdl.interp import Context, bindings_of
+from step_hdl.mapper.latency import chain_latency
+from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, row_blocks, counted_streams, in_row_blocks,
+                                    physical_tiles, row_tiled, stream_tokens)
 from step_hdl.process import Channel, Emitter, Ports, emit_block
 from step_hdl.token import DONE, data, stop
 from step_hdl.types import Tile
 
-from .dram_timing import DRAM_PRESETS, Dram, DramParams
-from .model_memory import TimedMemory
+from .bounds import CycleBound, cycle_bound
+from .dram import Dram, DramParams
+from .memory import TimedMemory
 
 _new_shape_only = object.__new__
 
@@ -143,23 +140,19 @@ class ModelParams:
     (:attr:`step_hdl.mapper.fabric.Fabric.mem_inflight`).
     """
 
-    tile: int = 16
-    dtype: str = "int16"
-    fifo_depth: int = 2
-    mem_inflight: int = 64
-    dram: DramParams = field(default_factory=lambda: DRAM_PRESETS["paper"])
-    max_fifo_depth: int = 64
+    tile: int
+    dtype: str
+    fifo_depth: int
+    mem_inflight: int
+    dram: DramParams
+    max_fifo_depth: int
     #: the fabric's ``pipeline``: the compute units' function stages, each a cycle of latency
-    pipeline: bool = False
+    pipeline: bool
 
     @classmethod
-    def from_fabric(cls, fabric, dram: DramParams | str = "paper") -> "ModelParams":
-        """The parameters of ``fabric`` (a :class:`~step_hdl.mapper.fabric.Fabric`) with the DRAM of ``dram``
-        (a :class:`DramParams` or a preset name of :data:`DRAM_PRESETS`)."""
-        if isinstance(dram, str):
-            if dram not in DRAM_PRESETS:
-                raise StepRuntimeError(f"unknown DRAM preset {dram!r}; presets: {', '.join(DRAM_PRESETS)}")
-            dram = DRAM_PRESETS[dram]
+    def from_fabric(cls, fabric, dram: DramParams) -> "ModelParams":
+        """The parameters of ``fabric`` (a :class:`~step_hdl.mapper.fabric.Fabric`) with DRAM timing
+        ``dram``."""
         return cls(tile=fabric.tile, dtype=fabric.dtype, fifo_depth=fabric.fifo_depth,
                    mem_inflight=fabric.mem_inflight, dram=dram, max_fifo_depth=fabric.max_fifo_depth,
                    pipeline=fabric.pipeline)
@@ -643,6 +636,8 @@ class ModelResult:
     bound: CycleBound | None = None     # the lower bound on cycles from this run's counts
     #: with ``Model(timeline=K)``: ``{"every": K, "busy": {node: [busy cycles in each K-cycle bin]}}``
     timeline: dict | None = None
+    #: the FLOPs the matmuls did
+    matmul_flops: int = 0
 
     def to_dict(self) -> dict:
         return {"cycles": self.cycles, "offchip_bytes": self.offchip_bytes,
@@ -652,26 +647,33 @@ class ModelResult:
 
 
 class Model:
-    def __init__(self, graph: Graph, params: ModelParams, tensors=None, streams=None, bindings=None,
+    """The timed processes of a program the mapper lowered (:class:`~step_hdl.mapper.lower.Lowered`): its
+    source graph's operators on its fabric's timing (:meth:`ModelParams.from_fabric`) with ``dram``, its FIFO
+    depths (``depths`` replaces them, edge by edge, for a what-if), its units' pipeline cycles and its off-chip
+    layout; :meth:`run` times it."""
+
+    def __init__(self, lowered, dram: DramParams, tensors=None, streams=None, bindings=None,
                  timing_only: bool = True, depths: dict | None = None, fused: bool = True, timeline: int = 0):
+        graph = lowered.source
         graph.validate()
         if isinstance(timeline, bool) or not isinstance(timeline, int) or timeline < 0:
             raise ValueError(f"model: timeline must be a bin width in cycles (0: none), got {timeline!r}")
         self.timeline = timeline    # bin width of the per-node busy timeline (0: none)
         self.fused = fused          # run the hot operators' fused loops (same results, faster)
+        params = ModelParams.from_fabric(lowered.fabric, dram)
         self.graph, self.params = graph, params
-        self.depths = depths
-        bind = _bindings(graph, {} if timing_only else (tensors or {}), bindings or {})
+        # the processes' own bindings (the graph's dynamic sizes stay dynamic unless given); the mapper's (the
+        # workload's sizes) join them for the FIFO depths and the layout, as the plan computes them
+        bind = bindings_of(graph, {} if timing_only else (tensors or {}), bindings or {})
         if timing_only and tensors:
             for name, arr in tensors.items():
                 spec = graph.tensors[name]
                 for d, n in ((spec.rows, arr.shape[0]), (spec.cols, arr.shape[1])):
                     if d.is_Symbol:
                         bind[d] = n
+        self.depths = depths or lowered.depths(bind)
         self.dram = Dram(params.dram)
-        lowered = _lowered(graph, params.tile)
-        self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only,
-                                  _layout(lowered, params.tile, bind))
+        self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only, lowered.layout(bind))
         self.memory.tile = params.tile
         self.memory.schedule = self._timer
         self.ctx = Context(self.memory, streams or {}, bind, None)
@@ -681,9 +683,9 @@ class Model:
         self.matmul_flops = 0
         self._info: dict = {}
         self.P = params.tile
-        self.counted = counted_streams(graph, self.P) if self.P else frozenset()
-        self.chain = chain_latency(lowered, params.pipeline) if lowered is not None else {}
-        self.indices = getattr(lowered, "indices", frozenset())
+        self.counted = counted_streams(graph, self.P)
+        self.chain = chain_latency(lowered.graph, params.pipeline)
+        self.indices = lowered.graph.indices
 
     # -- cost rules
     def _tiles(self, payload, cut=None) -> int:
@@ -895,8 +897,7 @@ class Model:
         ``max_idle_events`` in a row without progress (only nodes on a cycle ran, none touching memory:
         tokens going round a feedback loop forever), naming the nodes that ran."""
         g = self.graph
-        p = self.params
-        depths = self.depths or capped_depths(g, p.fifo_depth, p.max_fifo_depth, self.ctx.bindings)
+        depths = self.depths
         chans: dict = {}
         for ref, consumer, port in g.edges():
             # a token spends its producer's pipeline cycles (``chain``) in the registers and FIFOs of the units
@@ -1003,6 +1004,7 @@ class Model:
             bound=cycle_bound(self.matmul_flops, n_matmul, self.params.matmul_flops, nbytes, peak,
                               self.dram.requests),
             timeline={"every": every, "busy": bins} if bins is not None else None,
+            matmul_flops=self.matmul_flops,
         )
 
 
@@ -1025,46 +1027,15 @@ def _deadlock(stuck, chans) -> StepDeadlockError:
                              blocked, pending)
 
 
-def _lowered(graph: Graph, P: int) -> Graph | None:
-    """``graph`` lowered to ``P x P`` physical tiles as the mapper lowers it, or None (no physical tile, or a
-    graph the lowering does not take): what the model reads of the RTL's structure, the FIFOs of each node's
-    chain of units (:func:`~step_hdl.mapper.fusion.chain_latency`) and the off-chip layout (:func:`_layout`)."""
-    if not P:
-        return None
-    try:
-        return tile_physical(graph, P)
-    except TilingError:
-        return None
+def simulate(lowered, dram: DramParams, tensors=None, streams=None, bindings=None, timing_only: bool = True,
+             depths: dict | None = None, timeline: int = 0) -> ModelResult:
+    """Time the program ``lowered`` (a :class:`~step_hdl.mapper.lower.Lowered`: what the mapper made of a
+    graph) with DRAM timing ``dram``; the flow's :func:`step_hdl.flow.model` lowers a workload and calls this.
 
-
-def _layout(lowered: Graph | None, P: int, bind: dict) -> dict | None:
-    """Tensor name -> byte address where the RTL lays it out (:func:`~step_hdl.mapper.plan.tensor_layout`:
-    one after the other, each on a boundary of the memory word), so the model's transfers fall on the RTL's
-    DRAM channels; None where the mapper would not lay the graph out."""
-    from step_hdl.mapper.fabric import FabricError
-    from step_hdl.mapper.plan import memory_word, tensor_layout, tensor_tiles
-    if lowered is None:
-        return None
-    try:
-        tiles = tensor_tiles(lowered)
-        word = memory_word(lowered, tiles)
-        if not word:
-            return None
-        return {name: addr for name, (addr, *_) in tensor_layout(lowered, tiles, word, P, bind).items()}
-    except FabricError:
-        return None
-
-
-def simulate(graph: Graph, params: ModelParams | None = None, tensors=None, streams=None, bindings=None,
-             timing_only: bool = True, depths: dict | None = None, timeline: int = 0) -> ModelResult:
-    """Run the approximate performance model on ``graph``.
-
-    ``depths`` gives FIFO depths per edge (``producer.port``); by default they are the plan's
-    (:func:`step_hdl.mapper.fifo.capped_depths` with the parameters' FIFO depths). ``timeline``: a bin
-    width in cycles: the result's ``timeline`` holds each node's busy cycles per bin.
+    ``depths`` replaces the mapper's FIFO depths per edge (``producer.port``). ``timeline``: a bin width in
+    cycles: the result's ``timeline`` holds each node's busy cycles per bin.
     """
-    return Model(graph, params or ModelParams(), tensors, streams, bindings, timing_only, depths,
-                 timeline=timeline).run()
+    return Model(lowered, dram, tensors, streams, bindings, timing_only, depths, timeline=timeline).run()
 
 
 def _add_busy(row: list, start: int, length: int, every: int) -> None:

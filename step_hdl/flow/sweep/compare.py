@@ -3,8 +3,8 @@ and each from the sweep's cache when its design, program and RTL code are unchan
 
 from __future__ import annotations
 
-from .run import run_sweep
-from .spec import SweepPoint
+from step_hdl.flow.sweep.run import run_sweep
+from step_hdl.flow.sweep.spec import SweepPoint
 
 
 def measure_points(points, backend: str = "verilator", executor_name: str = "process", workers: int | None = None,
@@ -13,7 +13,7 @@ def measure_points(points, backend: str = "verilator", executor_name: str = "pro
     (the point's fields, ``rtl_cycles``, ``outputs_match``, ``offchip_bytes``, ``reference_bytes``,
     ``fabric``, ``design``, ``build_s``, ``run_s``, ``wall_s``) that ``sim.compare.compare`` takes. The points
     of a group share one fabric (one build); a point that fails raises its error."""
-    from step_hdl.sim.compare import CompareError
+    from step_hdl.flow.compare import CompareError
     sweep = [SweepPoint.make(p.workload, p.params, p.tile, p.dram, evals=("sim",), group=p.group,
                              where=p.label()) for p in points]
     res = run_sweep(sweep, executor_name, workers, cache=cache, backend=backend, progress=progress)

@@ -1,5 +1,5 @@
 """The approximate model's off-chip memory: reads and writes timed by the DRAM model
-(:class:`~step_hdl.sim.dram_timing.Dram`), as each load's and store's RTL unit issues them.
+(:class:`~step_hdl.sim.model.dram.Dram`), as each load's and store's RTL unit issues them.
 
 :class:`TimedMemory` is the interpreter's :class:`~step_hdl.interp.Memory` with
 timing: a load's requests go out within its ``mem_inflight`` physical-tile
@@ -20,7 +20,7 @@ from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Memory
 from step_hdl.mapper.tiling import physical_shape, physical_tiles
 
-from .dram_timing import PIPELINE, Dram
+from step_hdl.sim.model.dram import PIPELINE, Dram
 
 
 class _Shape:

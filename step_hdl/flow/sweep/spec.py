@@ -66,7 +66,7 @@ class SweepPoint:
         """A checked point: the workload's defaults fill the parameters not given (element type
         :data:`DEFAULT_DTYPE`); a :class:`SweepError` names what is wrong (``where`` says which point)."""
         from step_hdl.mapper.fabric import Fabric, FabricError
-        from step_hdl.sim.dram_timing import DRAM_PRESETS
+        from step_hdl.sim.model.dram import DRAM_PRESETS
         from step_hdl.workloads.registry import WORKLOADS
         if workload not in WORKLOADS:
             raise SweepError(f"{where}: unknown workload {workload!r}; workloads: {', '.join(WORKLOADS)}")
