@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from step_hdl.ops import OPS
 from step_hdl.types import Selector, Tile
 from step_hdl.units import compute, matmul, offchip, onchip, routing, shape, source
 from step_hdl.units.functions import HW_FUNCTIONS
@@ -60,8 +61,9 @@ def _ref_params(ref, where) -> dict:
 class Adapter:
     """Base adapter: a unit named like the node kind, configured with the node's parameters."""
 
-    #: node kinds this adapter maps
-    kinds: tuple = ()
+    #: the unit family it maps: the operators whose ``unit`` trait names it (``step_hdl.ops``); None: an adapter
+    #: :func:`adapter_for` picks by the node's function or fused chain
+    family: str | None = None
     #: the unit classes it builds, by the name a UnitSpec records
     units: dict = {}
 
@@ -78,7 +80,7 @@ class Adapter:
 
 
 class LoadAdapter(Adapter):
-    kinds = ("LinearOffChipLoad",)
+    family = "load"
     units = {"LinearOffChipLoad": offchip.LinearOffChipLoad}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -97,16 +99,15 @@ class LoadAdapter(Adapter):
 class OffChipAdapter(LoadAdapter):
     """Stores and random loads: the physical tile of the port whose tiles they move."""
 
-    kinds = ("LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
+    family = "offchip"
     units = {"LinearOffChipStore": offchip.LinearOffChipStore, "RandomOffChipLoad": offchip.RandomOffChipLoad,
              "RandomOffChipStore": offchip.RandomOffChipStore}
-    DATA_PORT = {"RandomOffChipLoad": "out", "RandomOffChipStore": "data", "LinearOffChipStore": "in"}
-
     def params(self, node, graph, fab, bindings=None, pool=None):
-        port = self.DATA_PORT[node.kind]
+        # the port whose tiles it moves: a load's output, a random store's data, a linear store's input
+        port = "out" if node.memory == "load" else "data" if node.addressed else "in"
         t = _tile(node.out_types[port] if port == "out" else node.t(port), f"{node.kind} '{node.name}'")
         return offchip.OffChipParams(int(t.rows), int(t.cols), t.dtype.name,
-                                     **_offchip_common(fab, bursts=node.kind == "LinearOffChipStore"))
+                                     **_offchip_common(fab, bursts=not node.addressed))
 
 
 def _offchip_common(fab, bursts: bool) -> dict:
@@ -120,7 +121,7 @@ def _offchip_common(fab, bursts: bool) -> dict:
 class BufferAdapter(Adapter):
     """A Bufferize and the Streamify that reads it: one on-chip buffer."""
 
-    kinds = ("Bufferize",)
+    family = "buffer"
     units = {"OnChipBuffer": onchip.OnChipBuffer}
 
     def unit_name(self, node):
@@ -167,7 +168,7 @@ class BufferAdapter(Adapter):
 
 
 class MapAdapter(Adapter):
-    kinds = ("Map",)
+    family = "map"
     units = {"Map": compute.Map}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -204,7 +205,7 @@ class MapAdapter(Adapter):
 class MatMulAdapter(MapAdapter):
     """``Map(matmul) -> Reshape(0, k) -> Accum(add, zeros, rank 1)``: one output-stationary MatMul unit."""
 
-    kinds = ()
+    family = None
     units = {"MatMul": matmul.MatMul}
 
     def unit_name(self, node):
@@ -223,7 +224,7 @@ class IndexFunctionAdapter(MapAdapter):
     """A Map of a selector/index function (``sel_index``, ``keep_if_zero``): a unit of its own."""
 
     FUNCTIONS = {"sel_index": "SelIndex", "keep_if_zero": "KeepIfZero"}
-    kinds = ()
+    family = None
     units = {"SelIndex": routing.SelIndex, "KeepIfZero": routing.KeepIfZero}
 
     def unit_name(self, node):
@@ -236,7 +237,7 @@ class IndexFunctionAdapter(MapAdapter):
 
 class AccumAdapter(Adapter):
     """Accum and Scan: one state tile updated per element (Scan emits it after each; it keeps no positions)."""
-    kinds = ("Accum", "Scan")
+    family = "accum"
     units = {"Accum": compute.Accum, "Scan": compute.Scan}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -257,7 +258,7 @@ class AccumAdapter(Adapter):
 
 
 class BroadcastAdapter(Adapter):
-    kinds = ("Broadcast",)
+    family = "broadcast"
     units = {"Broadcast": routing.BroadcastUnit}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -270,16 +271,16 @@ class BroadcastAdapter(Adapter):
 
 
 class RoutingAdapter(Adapter):
-    kinds = ("Partition", "Reassemble", "EagerMerge")
+    family = "routing"
     units = {"Partition": routing.Partition, "Reassemble": routing.Reassemble, "EagerMerge": routing.EagerMerge}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
-        t = _tile(node.t("in0" if node.kind in ("Reassemble", "EagerMerge") else "in"), f"{node.kind} '{node.name}'")
+        t = _tile(node.t("in0" if "in0" in node.inputs else "in"), f"{node.kind} '{node.name}'")
         return routing.RoutingParams(int(t.rows), int(t.cols), t.dtype.name, fab.max_rank, n=node.p("n"))
 
 
 class ShapeAdapter(Adapter):
-    kinds = ("Promote", "Flatten", "RepeatStatic", "Reshape")
+    family = "shape"
     units = {"Promote": shape.Promote, "Flatten": shape.Flatten, "RepeatStatic": shape.RepeatStatic,
              "Reshape": shape.Reshape}
 
@@ -293,7 +294,7 @@ class ShapeAdapter(Adapter):
 class SourceAdapter(Adapter):
     """SelectorSource and IndexSource: their values are configuration data."""
 
-    kinds = ("SelectorSource", "IndexSource")
+    family = "source"
     units = {"SelectorSource": source.SelectorSource, "IndexSource": source.IndexSource}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -317,7 +318,7 @@ class SourceAdapter(Adapter):
 
 
 class FlatMapAdapter(Adapter):
-    kinds = ("FlatMap",)
+    family = "flat_map"
     units = {"FlatMap": compute.FlatMap}
 
     def params(self, node, graph, fab, bindings=None, pool=None):
@@ -327,13 +328,13 @@ class FlatMapAdapter(Adapter):
 
 ADAPTERS = (LoadAdapter(), OffChipAdapter(), BufferAdapter(), MapAdapter(), MatMulAdapter(), IndexFunctionAdapter(),
             AccumAdapter(), BroadcastAdapter(), RoutingAdapter(), ShapeAdapter(), SourceAdapter(), FlatMapAdapter())
-_BY_KIND = {k: a for a in ADAPTERS for k in a.kinds}
+_BY_FAMILY = {a.family: a for a in ADAPTERS if a.family}
 _BY_UNIT = {name: a for a in ADAPTERS for name in a.units}
 
 
 def mapped_kinds() -> list[str]:
     """Node kinds that have a hardware unit."""
-    return sorted(_BY_KIND)
+    return sorted(kind for kind, op in OPS.items() if op.unit in _BY_FAMILY)
 
 
 def adapter_for(node, unit_kind: str | None = None) -> Adapter | None:
@@ -343,7 +344,7 @@ def adapter_for(node, unit_kind: str | None = None) -> Adapter | None:
         return _BY_UNIT["MatMul"]
     if node.kind == "Map" and node.p("fn").name in IndexFunctionAdapter.FUNCTIONS:
         return _BY_UNIT["SelIndex"]
-    return _BY_KIND.get(node.kind)
+    return _BY_FAMILY.get(node.unit)
 
 
 def adapter_of_unit(name: str) -> Adapter:

@@ -28,9 +28,6 @@ from step_hdl.units.base import not_elaborated
 TOP_CFG_ADDR_BITS = 24
 TOP_CFG_LAYOUT = data.StructLayout({"addr": unsigned(TOP_CFG_ADDR_BITS), "data": unsigned(32)})
 COUNTER_BITS = 32
-#: kinds that touch off-chip memory (one memory port each)
-OFFCHIP = ("LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore")
-STORES = ("LinearOffChipStore",)
 #: status outputs of a unit class that the counter read-back reports as ``<unit>.<output>`` (sticky flags)
 STATUS = {"OnChipBuffer": ("overflow",)}
 #: what the read-back reports of a tile pool, in order, and what each is (:meth:`Design.counters`): ``peak``
@@ -121,7 +118,7 @@ class Design:
 
     @property
     def mem_units(self) -> list[str]:
-        return [u.name for u in self.units if u.cls in OFFCHIP]
+        return [u.name for u in self.units if unit_class(u.cls).memory_port]
 
     def sample_names(self) -> list[str]:
         """The counters the harness's sampler records over a run (``FabricTop(samples=N)``): the cycles, the

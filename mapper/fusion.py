@@ -21,10 +21,6 @@ import sympy
 
 from step_hdl.graph import Graph
 
-#: operator kinds that need no hardware unit of their own
-NO_UNIT = {"Output", "Feedback"}
-
-
 def _only_consumer(graph: Graph, node, users=None):
     """The one node that takes ``node``'s only output, or None."""
     users = users if users is not None else _users(graph)
@@ -75,7 +71,7 @@ def units(graph: Graph) -> dict:
     out: dict = {}
     taken: set = set()
     for node in graph.topological_order():
-        if node.kind in NO_UNIT or node.name in taken:
+        if node.wire or node.name in taken:
             continue
         kind, nodes = node.kind, [node.name]
         if node.kind == "Bufferize":

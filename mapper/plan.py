@@ -17,19 +17,16 @@ from step_hdl.units.params import ParamError
 from step_hdl.units.pool import TilePoolParams
 
 from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
-from .design import OFFCHIP, Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
+from .design import Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
     pack_config, tile_bytes
 from .fabric import Fabric, FabricError, static_size
 from .fifo import UNBOUNDED, edge_depth, fifo_depths, join_inputs
 from .fusion import unit_label, units as fused_units
 from .pools import check_pool, pool_pages, tile_pools
 
-#: node kinds that head no unit: a buffer read (inside the Bufferize's OnChipBuffer, never first), the top
-#: level's sink ports and the wires that close cycles
-NOT_UNITS = ("Streamify", "Output", "Feedback")
-
-
 def _check_not_unit(node):
+    """The nodes that head no unit of their own: a buffer read (inside its Bufferize's OnChipBuffer, never
+    first) and the top level's sinks, checked for what the top level takes."""
     if node.kind == "Streamify":
         src = node.inputs["in"].node
         if src.kind != "Bufferize":
@@ -56,8 +53,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     """
     units, node_unit = [], {}
     for node in graph.topological_order():
-        if node.kind in NOT_UNITS:
-            _check_not_unit(node)
+        _check_not_unit(node)
     pools = tile_pools(graph) if fabric.pools else []
     notes = [n for n in (check_pool(p, fabric, bindings) for p in pools) if n]
     pool_of = {b: p for p in pools for b in p.buffers}
@@ -182,7 +178,7 @@ def tensor_tiles(graph: Graph) -> dict:
     """name -> physical tile (rows, cols) of every tensor, from the loads and stores that touch it."""
     tiles: dict = {}
     for node in graph.nodes.values():
-        if node.kind not in OFFCHIP:
+        if node.memory is None:
             continue
         t = tuple(int(d) for d in node.p("tile"))
         name = node.p("tensor")

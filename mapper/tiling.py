@@ -141,9 +141,9 @@ def in_row_blocks(rows, P: int, counted: bool) -> bool:
 def _counted_outputs(node, port):
     """The outputs that carry packed-row tiles when ``node`` takes them on ``port``; None if it cannot."""
     k = node.kind
-    if k in ("Broadcast", "Partition"):
+    if (k == "Broadcast" or node.routes) and "in" in node.inputs:    # one input to its outputs (a Partition's)
         return [p for p in node.out_types if p.startswith("out")] if port == "in" else None
-    if k in ("Reassemble", "EagerMerge"):
+    if node.routes:                                                 # inputs in0, in1, ... to one output
         return ["out"] if port.startswith("in") else None
     if k == "RepeatStatic":
         return ["out"]
@@ -207,8 +207,7 @@ def counted_streams(graph: Graph, P: int) -> frozenset:
         elif node.kind == "Map":
             ports = [p for p in node.input_ports() if as_dim(node.t(p).dtype.rows) != 1]
         else:
-            ports = ([p for p in node.inputs if p.startswith("in") and p[2:].isdigit()]
-                     if node.kind in ("Reassemble", "EagerMerge") else [])
+            ports = [p for p in node.inputs if p.startswith("in") and p[2:].isdigit()] if node.routes else []
         if any(node.inputs[p].label not in counted for p in ports):
             return frozenset()
     return frozenset(counted)

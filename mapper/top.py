@@ -56,7 +56,8 @@ from step_hdl.units.memport import MemPortSignature
 from step_hdl.units.pool import TilePool
 from step_hdl.units.stream import Queue
 
-from .design import COUNTER_BITS, STATUS, STORES, TOP_CFG_LAYOUT, Design, built_units
+from .adapters import unit_class
+from .design import COUNTER_BITS, STATUS, TOP_CFG_LAYOUT, Design, built_units
 from .instruments import Instruments
 from .shared import SharedUnit
 from step_hdl.units.base import not_elaborated
@@ -184,7 +185,7 @@ class FabricTop(wiring.Component):
                 m.d.sync += fin.eq(1)
             transfers.append(port.valid)
             finished.append(fin)
-        stores = [units[s.name].finished for s in d.units if s.cls in STORES] + finished
+        stores = [units[s.name].finished for s in d.units if unit_class(s.cls).finishes] + finished
         with m.If(running & Cat(*stores).all() if stores else Const(0)):
             m.d.sync += done.eq(1)
         live = running & ~done

@@ -59,7 +59,7 @@ def _node_error(node, bindings) -> float:
             a = node.t("in0").dtype
             err += _static(a.cols if f.name == "row_sum" else a.rows, bindings) * 0.5 * _FP32_ULP
         return err
-    if node.kind in ("Accum", "Scan") and node.p("update").name in ("add", "add_groups"):
+    if node.computes and node.kind != "Map" and node.p("update").name in ("add", "add_groups"):    # a reduction
         updates = 1
         for d in node.inputs["in"].type.shape[len(node.inputs["in"].type.shape) - node.p("rank"):]:
             updates *= _static(d, bindings)
@@ -75,7 +75,7 @@ def rounding_budget(graph: Graph, tensor: str, bindings=None) -> float:
         prev = [acc.get(r.node.name, 0.0) for r in node.inputs.values() if r is not None]
         acc[node.name] = max(prev, default=0.0) + _node_error(node, bindings)
     stores = [n for n in graph.nodes.values()
-              if n.kind in ("LinearOffChipStore", "RandomOffChipStore") and n.p("tensor") == tensor]
+              if n.memory == "store" and n.p("tensor") == tensor]
     return max((acc[n.name] for n in stores), default=0.0)
 
 

@@ -252,14 +252,12 @@ class Graph:
 
     def stored_tensors(self) -> list[str]:
         """Names of the off-chip tensors some store writes (the graph's outputs), sorted."""
-        return sorted({n.p("tensor") for n in self.nodes.values()
-                       if n.kind in ("LinearOffChipStore", "RandomOffChipStore")})
+        return sorted({n.p("tensor") for n in self.nodes.values() if n.memory == "store"})
 
     def input_tensors(self) -> list[str]:
         """Names of the off-chip tensors some load reads and no store writes (the graph's inputs), in
         declaration order."""
-        loaded = {n.p("tensor") for n in self.nodes.values()
-                  if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")}
+        loaded = {n.p("tensor") for n in self.nodes.values() if n.memory == "load"}
         stored = set(self.stored_tensors())
         return [t for t in self.tensors if t in loaded and t not in stored]
 
@@ -267,8 +265,7 @@ class Graph:
         """Check the whole graph; raise a :class:`StepGraphError` naming the first problem."""
         for node in self.nodes.values():
             for port, ref in node.inputs.items():
-                if ref is None and not (node.kind == "LinearOffChipLoad" or
-                                        (node.kind == "Streamify" and port == "ref")):
+                if ref is None and (port not in node.optional_inputs or node.kind == "Feedback"):
                     raise StepGraphError(f"{node.kind} '{node.name}' port '{port}': dangling input "
                                          f"(never connected" + (", bind() it" if node.kind == "Feedback" else "") + ")")
             for ref in node.outputs:
@@ -276,7 +273,7 @@ class Graph:
                     raise StepGraphError(f"{node.kind} '{node.name}' output '{ref.port}' ({ref.type}) has no "
                                          f"consumer; connect it or end it with output()")
         for cycle in self._cycles():
-            if not any(self.nodes[n].kind in ("EagerMerge", "Bufferize") for n in cycle):
+            if not any(self.nodes[n].breaks_cycles for n in cycle):
                 names = " -> ".join(f"{self.nodes[n].kind} '{n}'" for n in cycle)
                 raise StepGraphError(f"cycle with no EagerMerge or Bufferize on it: {names}")
         return self

@@ -128,10 +128,6 @@ class RunResult:
         return int(sum(self.bytes_read.values()) + sum(self.bytes_written.values()))
 
 
-#: operators whose steps read or write off-chip memory: progress even on a cycle
-_MEMORY_KINDS = {"LinearOffChipLoad", "RandomOffChipLoad", "LinearOffChipStore", "RandomOffChipStore"}
-
-
 def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, bindings: dict | None = None,
         seed: int | None = None, record: bool = True, max_steps: int = 50_000_000,
         max_idle_steps: int = 1_000_000) -> RunResult:
@@ -178,7 +174,8 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
 
     # progress: a step of a node off every cycle (an Output aside), a memory access, a node finishing
     cyclic = graph.cyclic_nodes()
-    idle_kind = {node.name: node.name in cyclic and node.kind not in _MEMORY_KINDS or node.kind == "Output"
+    # (a step that reads or writes off-chip memory is progress even on a cycle)
+    idle_kind = {node.name: node.name in cyclic and node.memory is None or node.kind == "Output"
                  for node, _, _ in procs}
     steps = last_progress = 0
     ran: dict = {}              # node -> steps since the last progress

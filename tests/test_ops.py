@@ -255,3 +255,26 @@ def test_shapes_inferred_symbolically():
     assert isinstance(m.type.shape[-1], Ragged)
     acc = g.accum(m, "add", fn("zeros", rows=1, cols=1, dtype="int32"), 1)
     assert acc.type.shape == (N,)
+
+
+def test_no_module_keeps_a_list_of_operator_kinds():
+    """What the interpreter, the mapper and the model ask of an operator (does it touch memory, route, buffer,
+    compute; which unit runs it) is a trait of its class in ``step_hdl.ops``, not a list of kind names each
+    module keeps (the model's list of stores once meant every store, the mapper's the linear ones)."""
+    import ast
+    from step_hdl import sources
+    from step_hdl.ops import OPS
+    found = []
+    for m in sources.package_modules():
+        if m.startswith("step_hdl.ops"):
+            continue
+        path = sources.source_file(m)
+        tree = ast.parse(path.read_text())
+        exported = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in exported:
+                kinds = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in OPS]
+                if len(kinds) >= 2:
+                    found.append(f"{m}:{node.lineno}: {kinds}")
+    assert found == []

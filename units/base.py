@@ -73,6 +73,11 @@ class StepUnit(wiring.Component):
     #: pending: the pipeline registers on that path (0: combinational). The approximate model adds it to
     #: the FIFO cycle between units (``mapper.latency.chain_latency``).
     latency = 0
+    #: it has a memory port ``mem`` (the top level arbitrates the off-chip units onto the DRAM's ports)
+    memory_port = False
+    #: it has a status output ``finished`` (1 once it has taken its input's done token: a store's program is
+    #: done when every such unit has finished)
+    finishes = False
 
     @classmethod
     def latency_of(cls, node, pipeline: bool = False) -> int:

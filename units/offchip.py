@@ -272,6 +272,8 @@ class _MemUnit(StepUnit):
     """A unit with a memory port ``mem`` (and possibly status outputs) besides its streams; its one register
     ``base`` is the byte address of tile index 0 (the language ``base`` and the tensor's address folded in)."""
 
+    memory_port = True
+
     def extra_members(self) -> dict:
         return {"mem": Out(MemPortSignature(self.params.port))}
 
@@ -575,6 +577,8 @@ class LinearOffChipStore(_MemUnit):
 
     def formats(self):
         return {"i": (False, self.token_format())}
+
+    finishes = True
 
     def extra_members(self):
         return {**super().extra_members(), "finished": Out(1)}

@@ -177,7 +177,6 @@ class OnChipBuffer(StepUnit):
     """
 
     kind = "Bufferize"
-    kinds = ("Bufferize", "Streamify")
 
     @property
     def latency(self) -> int:

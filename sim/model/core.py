@@ -164,13 +164,6 @@ class ModelParams:
 
 # ----------------------------------------------------------------------------- timed ports
 
-LOADS = {"LinearOffChipLoad", "RandomOffChipLoad"}
-STORES = {"LinearOffChipStore", "RandomOffChipStore"}
-ROUTERS = {"Partition", "Reassemble", "EagerMerge"}
-#: operators whose RTL unit (an OnChipBuffer) stores a whole chunk before it reads it out
-BUFFERING = {"RepeatStatic", "Bufferize", "Streamify"}
-
-
 class _Proc:
     __slots__ = ("node", "gen", "busy", "stalled", "idle", "since", "state", "finish", "ports")
 
@@ -215,15 +208,14 @@ class TimedPorts(Ports):
         self.after_data: set = set()    # the output ports whose last token was data
         self.avail = 0              # when the last physical tile of those inputs has arrived
         self.whole = 0              # ... of those the unit needs whole before it starts (buffered operands)
-        kind = node.kind
-        self.router = kind in ROUTERS
-        self.load = kind in LOADS
-        self.random_load = kind == "RandomOffChipLoad"
-        self.random_store = kind == "RandomOffChipStore"
+        self.router = node.routes
+        self.load = node.memory == "load"
+        self.random_load = self.load and node.addressed
+        self.random_store = node.memory == "store" and node.addressed
         self.acks: deque = deque()  # a random store's unacknowledged writes: when each acknowledgement leaves
-        self.linear_store = kind == "LinearOffChipStore"
+        self.linear_store = node.memory == "store" and not node.addressed
         # the cost of a token of a node without compute (not a Map, Accum or Scan): its physical tiles
-        self.plain = kind not in ("Map", "Accum", "Scan")
+        self.plain = not node.computes
         self.out_cut = model._node_info(node)[2]    # how the lowering cuts its output tiles' rows
         self.tail = model.stream_tail(node)
         self.blocks = model.block_buffer(node)     # packing or unpacking P-row blocks: its buffer's timing
@@ -709,7 +701,7 @@ class Model:
         if info is None:
             out_t = next(iter(node.out_types.values())).dtype if node.out_types else None
             in_bytes = []
-            if node.kind in ("Map", "Accum", "Scan"):
+            if node.computes:
                 for port in node.input_ports():
                     t = node.t(port).dtype
                     if isinstance(t, Tile):
@@ -748,7 +740,7 @@ class Model:
             return isinstance(t, Tile) and row_tiled(t.rows, P)
         ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None}
         types = list(ins.values()) + [st.dtype for st in node.out_types.values()]
-        if node.kind in BUFFERING:
+        if node.buffers:
             return False, set()
         if node.kind == "Map" and node.p("fn").name == "matmul" and not node.p("fn").param("transpose_a") \
                 and not any(map(rows_cut, types)):
@@ -774,7 +766,7 @@ class Model:
             # and starts on the first row
             return True, {p for p, t in ins.items() if streams(t)}
         # a load's or Streamify's ``ref`` of tiles counts logical tiles: one token after each one's last piece
-        return True, {p for p, t in ins.items() if (streams(t) or node.kind in ("Accum", "Scan"))
+        return True, {p for p, t in ins.items() if (streams(t) or (node.computes and node.kind != "Map"))
                       and p != "ref"}
 
     def passes_rows(self, node) -> bool:
@@ -783,7 +775,7 @@ class Model:
         output's first piece leaves right after its input's first, however late the whole token is made;
         not a reduction over the rows (a column sum, a contraction over them), whose output is made at
         their end."""
-        if node.kind in LOADS:
+        if node.memory == "load":
             return False        # its pieces leave as the memory's responses come
         if node.kind == "Accum" and node.p("update").name == "retile_row":
             return True         # row tiles packed into a tile of row tiles: the rows go on as they come
@@ -829,7 +821,7 @@ class Model:
             return 1
         out_t, in_tiles, cut = self._node_info(node)
         cycles = self._tiles(tok.payload, cut)
-        if node.kind in ("Map", "Accum", "Scan"):
+        if node.computes:
             out = cycles
             cycles = max(cycles, self._compute_cycles(node, tok, cut, inputs or {}))
             for port, b, in_cut in in_tiles:
@@ -910,7 +902,7 @@ class Model:
             ins = {p: chans[(r.node.name, r.port)] for p, r in node.inputs.items() if r is not None}
             outs = {p: chans[(node.name, p)] for p in node.out_types}
             proc.ports = TimedPorts(node, ins, outs, self.ctx, proc, self)
-            if node.kind == "RandomOffChipLoad":
+            if node.memory == "load" and node.addressed:
                 # the RTL unit takes an address and issues its request as it arrives, whatever its output is
                 # doing, while it has credits: its tracker holds up to mem_inflight of them
                 ins["addr"].on_push = proc.ports._prefetch
@@ -927,7 +919,7 @@ class Model:
         memory = self.memory
         cyclic = g.cyclic_nodes()
         idle_procs = {p for p in procs if p.node.kind == "Output"
-                      or (p.node.name in cyclic and p.node.kind not in LOADS | STORES)}
+                      or (p.node.name in cyclic and p.node.memory is None)}
         idle, ran = 0, {}
         every = self.timeline
         bins: dict | None = {} if every else None

@@ -227,7 +227,7 @@ class TimedMemory(Memory):
         index starts where it ends, and the unit's burst goes on) and the tiles of one ref element's block (a burst never goes on into the next block)."""
         spec = node.graph.tensors[node.p("tensor")]
         gr, gc = arr.shape[0] // tr, arr.shape[1] // tc
-        burst = bool(self.tile) and node.kind == "LinearOffChipLoad" and self.where(spec.name, 0, tr, tc)[2] == 1
+        burst = bool(self.tile) and not node.addressed and self.where(spec.name, 0, tr, tc)[2] == 1
         ref = node.inputs.get("ref")
         block = len(node.block_indices(self.bind, (0,) * len(node.t("ref").shape))[1]) if ref is not None else 0
         info = (arr, tr, tc, gr * gc, spec.name, tr * tc * spec.dtype.bytes, self.pieces(tr, tc),

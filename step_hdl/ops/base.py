@@ -115,12 +115,30 @@ PARAM_KINDS = {
 # --------------------------------------------------------------------------- base class
 
 class Op:
-    """A node of a STeP graph. Subclasses set ``kind``, ``params_spec`` and the hooks."""
+    """A node of a STeP graph. Subclasses set ``kind``, ``params_spec``, the hooks and their traits.
+
+    The traits are what the interpreter, the mapper and the model ask of an operator, so that none of them
+    keeps its own list of kind names: ``memory`` (the off-chip memory it touches: ``"load"``, ``"store"`` or
+    None), ``addressed`` (it takes each tile's address from a stream: a random load or store), ``routes``
+    (it routes tokens by a selector), ``buffers`` (its hardware holds a whole chunk before reading it out),
+    ``breaks_cycles`` (it emits without waiting for its cyclic input, so a cycle through it is well formed),
+    ``computes`` (it applies a function to tiles: its cost is the function's), ``unit`` (the family of
+    hardware unit that runs it, the name of the mapper's adapter; None: none yet) and ``wire`` (it needs no
+    unit at all: a sink or a wire).
+    """
 
     kind = ""
     params_spec: dict = {}       # name -> (parameter kind, default); no default = required
     inputs_spec: tuple = ("in",)  # fixed input ports; variadic ops override input_ports()
     optional_inputs: tuple = ()
+    memory: str | None = None
+    addressed = False
+    routes = False
+    buffers = False
+    breaks_cycles = False
+    computes = False
+    unit: str | None = None
+    wire = False
 
     def __init__(self, graph, name: str, inputs: dict, params: dict):
         self.graph = graph

@@ -18,6 +18,8 @@ class Map(Variadic):
     """Apply ``fn`` element-wise to one stream or two streams of equal shape."""
 
     kind = "Map"
+    computes = True
+    unit = "map"
     params_spec = {"fn": ("fn",), "n": ("int", 1)}
 
     def infer(self):
@@ -150,6 +152,8 @@ class Accum(_Reduce):
     """
 
     kind = "Accum"
+    computes = True
+    unit = "accum"
     params_spec = {**_Reduce.params_spec, "keep": ("int", 0)}
 
     def infer(self):
@@ -219,6 +223,8 @@ class Scan(_Reduce):
     """Like Accum, but emit the running state after every element (shape unchanged)."""
 
     kind = "Scan"
+    computes = True
+    unit = "accum"
 
     def infer(self):
         self._state = self.state_type()
@@ -245,6 +251,7 @@ class FlatMap(Op):
     """Replace each element by the stream ``fn`` returns (adds ``fn``'s dimensions, innermost)."""
 
     kind = "FlatMap"
+    unit = "flat_map"
     params_spec = {"fn": ("fn",), "rank": ("int", None)}
 
     def infer(self):

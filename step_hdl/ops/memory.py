@@ -57,6 +57,8 @@ class LinearOffChipLoad(_OffChip):
     """
 
     kind = "LinearOffChipLoad"
+    memory = "load"
+    unit = "load"
     inputs_spec = ("ref",)
     optional_inputs = ("ref",)
     params_spec = {"tensor": ("str",), "tile": ("dims",), "out_shape": ("dims",), "stride": ("ints",),
@@ -141,6 +143,8 @@ class LinearOffChipStore(_OffChip):
     """Write the tiles of ``in`` to consecutive tile slots (row-major grid order) from ``base``."""
 
     kind = "LinearOffChipStore"
+    memory = "store"
+    unit = "offchip"
     params_spec = {"tensor": ("str",), "tile": ("dims",), "base": ("int", 0)}
 
     def infer(self):
@@ -173,6 +177,9 @@ class RandomOffChipLoad(_OffChip):
     """One tile read per address token (tile index ``base + addr``); shape of ``addr``."""
 
     kind = "RandomOffChipLoad"
+    memory = "load"
+    addressed = True
+    unit = "offchip"
     inputs_spec = ("addr",)
     params_spec = {"tensor": ("str",), "tile": ("dims",), "base": ("int", 0)}
 
@@ -196,6 +203,9 @@ class RandomOffChipStore(_OffChip):
     """One tile write per (address, data) pair; emits the written address as acknowledgement."""
 
     kind = "RandomOffChipStore"
+    memory = "store"
+    addressed = True
+    unit = "offchip"
     inputs_spec = ("addr", "data")
     params_spec = {"tensor": ("str",), "tile": ("dims",), "base": ("int", 0)}
 
@@ -232,6 +242,9 @@ class Bufferize(Op):
     """Gather each rank-``rank`` chunk into an on-chip buffer; emit one reference per chunk."""
 
     kind = "Bufferize"
+    buffers = True
+    breaks_cycles = True
+    unit = "buffer"
     params_spec = {"rank": ("int",)}
 
     def infer(self):
@@ -276,6 +289,7 @@ class Streamify(Op):
     """
 
     kind = "Streamify"
+    buffers = True          # (in the unit of the Bufferize it reads: no unit of its own)
     inputs_spec = ("in", "ref")
     optional_inputs = ("ref",)
     params_spec = {"repeat": ("int", None), "read_shape": ("dims", None), "read_stride": ("ints", None),

@@ -15,6 +15,8 @@ class Partition(Op):
     """Send each rank-``rank`` chunk of ``in`` to every output whose selector bit is set."""
 
     kind = "Partition"
+    routes = True
+    unit = "routing"
     inputs_spec = ("in", "sel")
     params_spec = {"n": ("int",), "rank": ("int", 0)}
 
@@ -60,6 +62,8 @@ class Reassemble(Variadic):
     """
 
     kind = "Reassemble"
+    routes = True
+    unit = "routing"
     params_spec = {"n": ("int",), "rank": ("int", 0), "k": ("int", None)}
 
     def input_ports(self):
@@ -124,6 +128,9 @@ class EagerMerge(Variadic):
     """Forward whole rank-``rank`` chunks from whichever input has one first; ``sel`` says which."""
 
     kind = "EagerMerge"
+    routes = True
+    breaks_cycles = True
+    unit = "routing"
     params_spec = {"n": ("int",), "rank": ("int", 0)}
 
     def infer(self):

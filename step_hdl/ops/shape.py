@@ -21,6 +21,7 @@ class Flatten(Op):
     """
 
     kind = "Flatten"
+    unit = "shape"
     params_spec = {"lo": ("int",), "hi": ("int",)}
 
     def infer(self):
@@ -60,6 +61,7 @@ class Reshape(Op):
     """
 
     kind = "Reshape"
+    unit = "shape"
     params_spec = {"rank": ("int",), "chunk": ("int",), "pad": ("json", None), "partial": ("bool", False)}
 
     def infer(self):
@@ -170,6 +172,7 @@ class Promote(Op):
     """Add a new outermost dimension of size 1 (0 for an empty stream)."""
 
     kind = "Promote"
+    unit = "shape"
     params_spec = {}
 
     def infer(self):
@@ -249,6 +252,8 @@ class RepeatStatic(Op):
     """Repeat each element ``count`` times: adds an innermost dimension of size ``count``."""
 
     kind = "RepeatStatic"
+    buffers = True
+    unit = "shape"
     params_spec = {"count": ("int",)}
 
     def infer(self):

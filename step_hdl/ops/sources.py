@@ -55,6 +55,7 @@ class SelectorSource(_Source):
     """
 
     kind = "SelectorSource"
+    unit = "source"
     params_spec = {"n": ("int",), "values": ("values", None), "data": ("str", None), "length": ("dim", None),
                    "k": ("int", None)}
 
@@ -87,6 +88,7 @@ class IndexSource(_Source):
     """Rank-0 stream of ``[1, 1]`` int32 indices from a list (or the interpreter's data)."""
 
     kind = "IndexSource"
+    unit = "source"
     params_spec = {"values": ("values", None), "data": ("str", None), "length": ("dim", None)}
 
     def infer(self):
@@ -132,6 +134,7 @@ class Output(Op):
     """Sink that hands its stream to the caller (``result.outputs[name]``)."""
 
     kind = "Output"
+    wire = True
     params_spec = {}
 
     def infer(self):
@@ -155,6 +158,7 @@ class Feedback(Op):
     """
 
     kind = "Feedback"
+    wire = True
     params_spec = {"type": ("type",), "shape": ("dims",)}
     optional_inputs = ("in",)
 
@@ -189,6 +193,7 @@ class Broadcast(Op):
     """Explicit fan-out: every token to each of ``n`` outputs."""
 
     kind = "Broadcast"
+    unit = "broadcast"
     params_spec = {"n": ("int", 2)}
 
     def infer(self):
