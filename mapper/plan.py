@@ -145,7 +145,7 @@ def tensor_layout(graph: Graph, tiles: dict, word: int, tile: int, bindings=None
     Tensors follow one another in ``tensor_order`` (default: the graph's), each starting on a ``word``
     boundary, each stored physical tile after physical tile (``tiles``: from :func:`tensor_tiles`; ``tile x
     tile`` for a tensor no unit touches), row by row of the tensor. The approximate model places its
-    transfers at these addresses too (``sim.model_memory``), so both see the same DRAM channels."""
+    transfers at these addresses too (``sim.model.memory``), so both see the same DRAM channels."""
     tensors, addr = {}, 0
     for tname in list(tensor_order or graph.tensors):
         spec = graph.tensors[tname]

@@ -1,9 +1,9 @@
-"""Simulation (``step_hdl.sim``).
+"""Simulation (``step_hdl.sim``): the RTL simulation of a mapped program, and the approximate model.
 
-``model`` (approximate performance model), ``dram`` (simulation-only DRAM
-model, the same parameters as the model's), ``fabric`` (run a mapped program
-in RTL: Amaranth simulator or cocotb with Verilator/Icarus), ``streams`` /
-``cocotb_streams`` (unit-level drivers with random stalls), ``cocotb_fabric``
-(the fabric testbench, also written out by ``step-hdl build``), ``rtl``
-(Verilog, cached cocotb builds).
+``fabric`` (run a prepared program in RTL: the harness, ``run``, ``RtlResult``), ``dram`` (the simulation-only
+DRAM model behind every memory port), ``faults`` (random DRAM latency and back-pressure), ``rtl`` (cached
+Verilator and Icarus builds, unit scenarios on any back-end), ``cocotb_fabric`` (the fabric's cocotb test,
+also written by ``step-hdl build``), ``emit`` (``step-hdl build``'s folder), ``streams``, ``cocotb_streams``
+and ``stalls`` (unit drivers with random stalls). ``model`` (a subpackage, a layer below the rest): the
+approximate performance model and the DRAM timing both share.
 """

@@ -1,9 +1,10 @@
 """step-hdl: Streaming Tensor Programs (STeP) to hardware.
 
 The language lives here (types, operators, graph, interpreter, metrics,
-workloads); hardware units, the mapper, simulation drivers and the FPGA flow
-live in the subpackages ``step_hdl.units``, ``step_hdl.mapper``,
-``step_hdl.sim`` and ``step_hdl.fpga``.
+workloads); the flow that joins everything (the Python API, the command line,
+the report, the sweeps) in ``step_hdl.flow``; hardware units, the mapper, the
+simulations and the FPGA flow in ``step_hdl.units``, ``step_hdl.mapper``,
+``step_hdl.sim`` and ``step_hdl.fpga`` (``docs/architecture.md``).
 
 Names are imported lazily: ``import step_hdl.sim.cocotb_streams`` inside a
 simulator must not pull in sympy, whose import takes over ten seconds in

