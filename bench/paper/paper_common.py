@@ -224,7 +224,12 @@ def study_main(args, name: str, small_graphs, check_traces, run_study, report, p
     DRAM = getattr(args, "dram", DRAM)
     WORKERS = getattr(args, "workers", None)
     CACHE = not getattr(args, "no_cache", False)
-    res = run_study()
+    from step_hdl.errors import StepError
+    try:
+        res = run_study()
+    except StepError as exc:      # a program the mapper (and so the model) refuses: said in one line
+        print(f"{name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     res["dram"] = DRAM
     print(report(res))
     plot(res, args.plot)
