@@ -22,6 +22,7 @@ def files(tmp_path_factory):
     (d / "empty.json").write_text("[]")
     (d / "fabric_type.json").write_text(json.dumps({"tile": "four"}))
     (d / "fabric_unknown.json").write_text(json.dumps({"tile": 4, "tiles": 4}))
+    (d / "fabric_8.json").write_text(json.dumps({"tile": 8}))
     (d / "binary.npz").write_bytes(bytes(range(256)) * 4)
     (d / "mine").mkdir()
     (d / "mine" / "notes.txt").write_text("my own")
@@ -64,6 +65,8 @@ CASES = [
      ["fabric file {d}/fabric_type.json", "tile must be an integer >= 1, got 'four'"]),
     ("fabric-unknown-field", ["build", "swiglu", "--fabric", "{d}/fabric_unknown.json", "-o", "{d}/out1"], 2,
      ["fabric file {d}/fabric_unknown.json", "unknown field(s) ['tiles']"]),
+    ("phys-tile-against-fabric", ["model", "swiglu", "--fabric", "{d}/fabric_8.json", "--phys-tile", "4"], 2,
+     ["--phys-tile 4 and --fabric {d}/fabric_8.json (tile 8) disagree: give one of them"]),
     ("fabric-corrupt", ["sim", "swiglu", "--fabric", "{d}/corrupt.json"], 2,
      ["fabric file {d}/corrupt.json", "not valid JSON"]),
     ("graph-corrupt", ["run", "{d}/corrupt.json"], 2, ["graph file '{d}/corrupt.json'", "not valid JSON"]),
