@@ -109,7 +109,6 @@ class FabricTop(wiring.Component):
         units = dict(self.unit_objs)
         for name, module in self.shared.get("units", {}).items():
             units[name] = SharedUnit(units[name], *module)
-        shared_queues = self.shared.get("queues", {})
         for name, u in units.items():
             m.submodules[f"u_{name}"] = u
         pools = {}
@@ -122,11 +121,26 @@ class FabricTop(wiring.Component):
         with m.If(self.start):
             m.d.sync += running.eq(1)
         m.d.comb += self.done.eq(done)
+        self._configuration(m, units)
+        ports_of: dict[str, list] = {s.name: [] for s in d.units}    # (stream, is_output) per unit
+        transfers, counters = self._edges(m, units, ports_of)
+        rd_bytes, wr_bytes = self._memory_ports(m, units, ports_of, transfers)
+        finished = self._sinks(m, units, transfers)
+        stores = [units[s.name].finished for s in d.units if unit_class(s.cls).finishes] + finished
+        with m.If(running & Cat(*stores).all() if stores else Const(0)):
+            m.d.sync += done.eq(1)
+        live = running & ~done
+        idle = self._watchdog(m, transfers, live)
+        if self.counters:
+            self._counters(m, units, pools, ports_of, counters, rd_bytes, wr_bytes, idle, live)
+        return m
 
-        # configuration: decode the unit index; the start pulse writes the loads' start register
+    def _configuration(self, m, units):
+        """The configuration port: the unit index decoded from the address; the start pulse writes the loads'
+        ``start`` register."""
         cfg = self.cfg
         m.d.comb += cfg.ready.eq(1)
-        for k, spec in enumerate(d.units):
+        for k, spec in enumerate(self.design.units):
             u = units[spec.name]
             if not u.regs.regs:
                 continue        # no registers: its cfg port stays idle
@@ -138,10 +152,12 @@ class FabricTop(wiring.Component):
                     m.d.comb += [u.cfg.valid.eq(1), u.cfg.payload.addr.eq(u.regs.index["start"]),
                                  u.cfg.payload.data.eq(1)]
 
-        # edges: one FIFO each; transfers in and out are counted
-        transfers, counters, finished = [], {}, []
-        ports_of: dict[str, list] = {s.name: [] for s in d.units}    # (stream, is_output) per unit
-        for e in d.edges:
+    def _edges(self, m, units, ports_of) -> tuple[list, dict]:
+        """One FIFO per edge (one Verilog module per width and depth when shared); returns the handshakes that
+        move a token and the counters of each edge's tokens produced and consumed."""
+        shared_queues = self.shared.get("queues", {})
+        transfers, counters = [], {}
+        for e in self.design.edges:
             q = Queue(getattr(units[e.src], e.src_port).payload.shape(), e.depth)
             if e.label in shared_queues:
                 not_elaborated(q)  # its module is converted once per width and depth
@@ -162,10 +178,13 @@ class FabricTop(wiring.Component):
             transfers += [fire_in, fire_out]
             counters[f"{e.label}.produced"] = fire_in
             counters[f"{e.label}.consumed"] = fire_out
+        return transfers, counters
 
-        # memory ports, traffic
+    def _memory_ports(self, m, units, ports_of, transfers) -> tuple[list, list]:
+        """Each off-chip unit's memory port out to the top's ``mem<k>``; returns the bytes each read and write
+        request moves, with their handshakes (the traffic counters)."""
         rd_bytes, wr_bytes = [], []
-        for k, name in enumerate(d.mem_units):
+        for k, name in enumerate(self.design.mem_units):
             u, port = units[name], getattr(self, f"mem{k}")
             wiring.connect(m, u.mem, wiring.flipped(port))
             req, resp = port.req, port.resp
@@ -175,9 +194,13 @@ class FabricTop(wiring.Component):
             # a read request moves `words` tiles (a burst), a write beat one
             rd_bytes.append((fire & ~req.payload.write, req.payload.bytes * req.payload.words))
             wr_bytes.append((fire & req.payload.write, req.payload.bytes))
+        return rd_bytes, wr_bytes
 
-        # Output nodes: always ready; each one's done token is a finish condition like a store's
-        for sk in d.sinks:
+    def _sinks(self, m, units, transfers) -> list:
+        """The Output nodes: always ready; each one's done token is a finish condition like a store's (the
+        flags returned)."""
+        finished = []
+        for sk in self.design.sinks:
             port = getattr(units[sk.src], sk.src_port)
             fin = Signal(name=f"sink_{sk.name}_finished")
             m.d.comb += port.ready.eq(1)
@@ -185,16 +208,16 @@ class FabricTop(wiring.Component):
                 m.d.sync += fin.eq(1)
             transfers.append(port.valid)
             finished.append(fin)
-        stores = [units[s.name].finished for s in d.units if unit_class(s.cls).finishes] + finished
-        with m.If(running & Cat(*stores).all() if stores else Const(0)):
-            m.d.sync += done.eq(1)
-        live = running & ~done
+        return finished
 
-        # whether anything moved, three cycles late: the handshakes of every unit, gathered across the whole
-        # chip, are each registered, OR-ed in registered groups and the groups' flags OR-ed into one
-        # register, so the watchdog is no long path (it was the SwiGLU fabric's critical path, 20.5 ns, 85 %
-        # routing, with the groups OR-ing the handshakes themselves; then, pipelined, 17.5 ns from a load's
-        # handshake logic across the chip to its group's flag)
+    def _watchdog(self, m, transfers, live):
+        """``hung`` after ``watchdog`` cycles with no transfer anywhere while running; returns the idle count.
+
+        Whether anything moved is known three cycles late: the handshakes of every unit, gathered across the
+        whole chip, are each registered, OR-ed in registered groups and the groups' flags OR-ed into one
+        register, so the watchdog is no long path (it was the SwiGLU fabric's critical path, 20.5 ns, 85 %
+        routing, with the groups OR-ing the handshakes themselves; then, pipelined, 17.5 ns from a load's
+        handshake logic across the chip to its group's flag)."""
         fired = Signal(max(1, len(transfers)), name="transfers")
         m.d.sync += fired.eq(Cat(*transfers) if transfers else 0)
         groups = [fired[k:k + ACTIVITY_GROUP].any() for k in range(0, len(transfers), ACTIVITY_GROUP)]
@@ -206,15 +229,17 @@ class FabricTop(wiring.Component):
             m.d.sync += idle.eq(idle + 1)
         with m.If(any_transfer | ~live):
             m.d.sync += idle.eq(0)
-        m.d.comb += self.hung.eq(idle >= d.watchdog)
-        if not self.counters:
-            return m
+        m.d.comb += self.hung.eq(idle >= self.design.watchdog)
+        return idle
 
-        # what the counters count, add and show (Instruments: the registers, the read-back, the sampler)
+    def _counters(self, m, units, pools, ports_of, counters, rd_bytes, wr_bytes, idle, live):
+        """What the testbench counters count, add and show (:class:`Instruments`: the registers, the read-back,
+        the sampler): per unit its active and stalled cycles and status flags, per edge its tokens, per tile
+        pool its peak, starvation and waits, the traffic and the idle count."""
         events = {"cycles": Const(1)}
         adds = {"bytes_read": _sum_bytes(rd_bytes), "bytes_written": _sum_bytes(wr_bytes)}
         values = {"idle": idle}
-        for spec in d.units:
+        for spec in self.design.units:
             ps = ports_of[spec.name]
             active = Cat(*[s.valid & s.ready for s, _ in ps]).any() if ps else Const(0)
             blocked = Cat(*[s.valid & ~s.ready for s, out in ps if out])
@@ -242,7 +267,6 @@ class FabricTop(wiring.Component):
         if self.samples:
             m.d.comb += [bank.smp_every.eq(self.smp_every), bank.smp_addr.eq(self.smp_addr),
                          self.smp_data.eq(bank.smp_data), self.smp_count.eq(bank.smp_count)]
-        return m
 
 
 def instrument_sources(design: Design) -> dict:
