@@ -661,6 +661,165 @@ class _Reduce(StepUnit):
         return state, fresh, cur, nxt, cnt, init_tile
 
 
+class _KeepState:
+    """The signals the pieces of a kept-position Accum share (:meth:`Accum._elaborate_keep`), and the
+    output register's load (:meth:`put`); no other logic.
+
+    Plain attributes, not a component: the pieces drive and read these in both directions (the input side
+    and the emitter both drive the position counters' next values and the output register), so a component
+    per piece would have most of them as ports, and a Verilog module each (also in every fabric).
+
+    Parameters
+    ----------
+    unit : Accum
+        The unit (built with ``positions > 0``), its registers already elaborated.
+
+    Attributes
+    ----------
+    i, o, b, keep : Value
+        The unit's ports and its ``rank`` and ``keep`` registers.
+    pipeline : bool
+        The unit's ``params.pipeline``.
+    width, sb : int
+        Bits of a state word and of a stop level.
+    acc : Signal
+        ``acc_bank``: the bank being accumulated; the other one is emitted.
+    idx, idx_next, npos : Signal
+        The accumulating side: its ``position``, its next value (the read address), and the positions of
+        the block's first chunk (``positions_used``).
+    first : Signal
+        keep > 0: in the block's first chunk; keep = 0: no data yet.
+    pend : Signal
+        keep = 0: ``S_(k-b)`` after the state (``pending_stop``).
+    emitting, eidx, eidx_next, enpos, after, fstop : Signal
+        The emitter: busy, ``emit_index`` and its next value (the emitting bank's read address), its
+        block's positions (``emit_positions``), emitting the stop recorded after ``eidx``
+        (``emit_inner_stop``), and its block's closing stop, lowered by ``b`` (``block_stop``).
+    enpos_new : Signal
+        The count a hand-over gives the emitter (``emit_positions_new``).
+    emit_inc, handoff : Signal
+        This cycle the emitter moves to its next position (``emit_advance``); the input side hands its
+        bank to the emitter (``emit_handoff``).
+    stored, e_data, e_stop : Signal
+        Read data: the accumulating bank's state, the emitting bank's state and inner stop.
+    wen, wdata : Signal
+        The accumulating side's state write: the update of the token taken, at its position.
+    wstop, tw_en, tw_addr : Signal
+        The inner-stop write (in the accumulating bank).
+    k, done, is_data, room, out_free : Value
+        The input token's stop and done, whether it is data, whether a position is left, and whether the
+        output register takes a token this cycle.
+    """
+
+    def __init__(self, unit):
+        p = unit.params
+        n_pos = p.positions
+        self.pipeline = p.pipeline
+        self.b, self.keep = unit.regs["rank"], unit.regs["keep"]
+        self.i, self.o = i, o = unit.i, unit.o
+        self.sb = sb = unit.fmt("o").stop_bits
+        self.width = width = len(o.payload.payload.as_value())
+        self.acc = Signal(name="acc_bank")
+        # accumulating side
+        self.idx = Signal(range(n_pos + 1), name="position")
+        self.idx_next = Signal.like(self.idx, name="position_next")
+        self.npos = Signal(range(n_pos + 1), name="positions_used")
+        self.first = Signal(init=1, name="first")
+        self.pend = Signal(sb, name="pending_stop")
+        # emitting side
+        self.emitting = Signal(name="emitting")
+        self.eidx = Signal(range(n_pos + 1), name="emit_index")
+        self.eidx_next = Signal.like(self.eidx, name="emit_index_next")
+        self.enpos = Signal.like(self.npos, name="emit_positions")
+        self.after = Signal(name="emit_inner_stop")
+        self.fstop = Signal(sb, name="block_stop")
+        self.enpos_new = Signal.like(self.enpos, name="emit_positions_new")
+        self.emit_inc, self.handoff = Signal(name="emit_advance"), Signal(name="emit_handoff")
+        # the memories' data and write requests keep the names Amaranth gives a signal it cannot name (a
+        # name of ours would rename their wires in the Verilog); the emitter's stop has its own
+        self.e_data, self.e_stop = Signal(width, name="$signal"), Signal(sb, name="e_stop")
+        self.stored, self.wdata, self.wstop = (Signal(width, name="$signal"), Signal(width, name="$signal"),
+                                               Signal(sb, name="$signal"))
+        self.wen, self.tw_en = Signal(name="$signal"), Signal(name="$signal")
+        self.tw_addr = Signal.like(self.idx, name="$like")
+        self.k, self.done = k, done = i.payload.stop, i.payload.done
+        self.is_data = ~done & (k == 0)
+        self.room = self.idx < n_pos
+        self.out_free = ~o.valid | o.ready
+
+    def put(self, m, payload, stop_level, is_done=0):
+        """Load the output register with a token (the plain build's tile ``payload``; the pipelined build
+        loads its tile whenever the register is free, :meth:`Accum._keep_output`). Latency 1."""
+        o = self.o
+        m.d.sync += [o.valid.eq(1), o.payload.stop.eq(stop_level), o.payload.done.eq(is_done)]
+        if not self.pipeline:
+            m.d.sync += o.payload.payload.eq(payload)
+
+
+class _KeepBanks:
+    """The two banks of a kept-position Accum: per bank a memory of ``P`` state words and one of ``P`` inner
+    stop levels, each with one write port and a synchronous read port transparent for it
+    (``amaranth.lib.memory``, so block or LUT RAM fits).
+
+    Not a component: the memories are the unit's submodules ``states0``, ``inner_stops0``, ``states1``,
+    ``inner_stops1`` as before, and both sides' addresses and data pass through; ports between a component
+    and the unit would only rename them (and add a Verilog module).
+
+    Parameters
+    ----------
+    m : Module
+        The unit's module (the memories become its submodules).
+    width, sb : int
+        Bits of a state word and of a stop level.
+    n_pos : int
+        Words per memory (``params.positions``).
+
+    Attributes
+    ----------
+    s_wr, s_rd, t_wr, t_rd : list of memory ports
+        Per bank: the state memory's write and read port, the stop memory's write and read port.
+    """
+
+    def __init__(self, m, width: int, sb: int, n_pos: int):
+        self.s_wr, self.s_rd, self.t_wr, self.t_rd = s_wr, s_rd, t_wr, t_rd = [], [], [], []
+        for k in range(2):
+            smem = memory.Memory(shape=unsigned(width), depth=n_pos, init=[])
+            tmem = memory.Memory(shape=unsigned(sb), depth=n_pos, init=[])
+            m.submodules[f"states{k}"], m.submodules[f"inner_stops{k}"] = smem, tmem
+            s_wr.append(smem.write_port())
+            s_rd.append(smem.read_port(transparent_for=(s_wr[k],)))
+            t_wr.append(tmem.write_port())
+            t_rd.append(tmem.read_port(transparent_for=(t_wr[k],)))
+
+    def connect(self, m, s: _KeepState, acc_next):
+        """Both banks' read addresses, write data and stop writes, and each side's read data.
+
+        The bank ``acc_bank`` names is read at ``acc_next`` (the accumulating side's next position), the
+        other at ``emit_index_next``, so a side's read data is the word at its index in the cycle the index
+        gets there (latency 1: the read port's register is on the address). ``stored`` is the accumulating
+        bank's state, ``e_data`` / ``e_stop`` the emitting bank's state and inner stop. The state writes'
+        data and the stop writes go to the accumulating bank; the stop write's address defaults to
+        ``position`` (the input side moves an inner stop's back by one). Combinational: the addresses from
+        ``acc_bank`` and the sides' next positions, the read data from the ports.
+        """
+        s_wr, s_rd, t_wr, t_rd = self.s_wr, self.s_rd, self.t_wr, self.t_rd
+        m.d.comb += s.tw_addr.eq(s.idx)
+        for j in range(2):
+            mine = s.acc == j
+            m.d.comb += [s_rd[j].addr.eq(Mux(mine, acc_next, s.eidx_next)), s_wr[j].data.eq(s.wdata),
+                         t_rd[j].addr.eq(Mux(mine, acc_next, s.eidx_next)),
+                         t_wr[j].addr.eq(s.tw_addr), t_wr[j].data.eq(s.wstop), t_wr[j].en.eq(s.tw_en & mine)]
+        m.d.comb += [s.stored.eq(Mux(s.acc, s_rd[1].data, s_rd[0].data)),
+                     s.e_data.eq(Mux(s.acc, s_rd[0].data, s_rd[1].data)),
+                     s.e_stop.eq(Mux(s.acc, t_rd[0].data, t_rd[1].data))]
+
+    def write_states(self, m, addr, en, bank):
+        """The state write: word ``addr`` of bank ``bank`` in a cycle with ``en`` (its data is ``wdata``,
+        :meth:`connect`). Combinational."""
+        for j in range(2):
+            m.d.comb += [self.s_wr[j].addr.eq(addr), self.s_wr[j].en.eq(en & (bank == j))]
+
+
 class Accum(_Reduce):
     """STeP Accum: reduce each rank-``b`` chunk of ``i`` to one state tile on ``o``.
 
@@ -790,211 +949,329 @@ class Accum(_Reduce):
 
         Two banks of state (and recorded inner stop) memory: one accumulates a block while the other
         streams the previous block's states out, so a block end costs one input cycle, not the emission.
+        The pieces, in the order they add their logic (the class docstring's *Kept positions* and
+        *Pipelined* describe the whole): the shared signals (:class:`_KeepState`), the two banks
+        (:class:`_KeepBanks`), the sides' position counters, the emitter's end flag, the banks' addresses,
+        the emitter's inner-stop flag, the accumulating side's update, the output register, the emitter and
+        the input side. Each piece (a method ``_keep_*``) takes the module ``m`` and the shared signals
+        ``s``; what one piece makes for another is returned and passed on here. (Helpers, not components:
+        see :class:`_KeepState`.)
         """
         m = Module()
         self.regs.elaborate(m, self.cfg)
-        p = self.params
-        n_pos = p.positions
-        b, keep = self.regs["rank"], self.regs["keep"]
-        i, o = self.i, self.o
-        sb = self.fmt("o").stop_bits
-        width = len(o.payload.payload.as_value())
-
-        acc = Signal(name="acc_bank")          # the bank being accumulated; the other one is emitted
-        s_wr, s_rd, t_wr, t_rd = [], [], [], []
-        for k in range(2):
-            smem = memory.Memory(shape=unsigned(width), depth=n_pos, init=[])
-            tmem = memory.Memory(shape=unsigned(sb), depth=n_pos, init=[])
-            m.submodules[f"states{k}"], m.submodules[f"inner_stops{k}"] = smem, tmem
-            s_wr.append(smem.write_port())
-            s_rd.append(smem.read_port(transparent_for=(s_wr[k],)))
-            t_wr.append(tmem.write_port())
-            t_rd.append(tmem.read_port(transparent_for=(t_wr[k],)))
-
-        # accumulating side
-        idx = Signal(range(n_pos + 1), name="position")
-        idx_next = Signal.like(idx, name="position_next")
-        npos = Signal(range(n_pos + 1), name="positions_used")  # positions of the block's first chunk
-        first = Signal(init=1, name="first")   # keep > 0: in the block's first chunk; keep = 0: no data yet
-        pend = Signal(sb, name="pending_stop")                  # keep = 0: S_(k-b) after the state
-        # emitting side
-        emitting = Signal(name="emitting")
-        eidx = Signal(range(n_pos + 1), name="emit_index")
-        eidx_next = Signal.like(eidx, name="emit_index_next")
-        enpos = Signal.like(npos, name="emit_positions")
-        after = Signal(name="emit_inner_stop")                  # emitting the stop recorded after ``eidx``
-        fstop = Signal(sb, name="block_stop")                   # the emitted block's closing stop, lowered by b
-
-        # each bank's read port sees its side's next position: its data is the state at ``idx``/``eidx``
-        m.d.comb += [idx_next.eq(idx), eidx_next.eq(eidx)]
-        m.d.sync += [idx.eq(idx_next), eidx.eq(eidx_next)]
-        enpos_new = Signal.like(enpos, name="emit_positions_new")     # the count a hand-over gives the emitter
-        m.d.comb += enpos_new.eq(Mux(first, idx, npos))
-        # whether the emitter is past its block's last position: with ``pipeline`` a register, with the
-        # positions left to emit (``emit_remaining``, enpos - eidx while emitting) counted down beside it, so
-        # that its next value is chosen among flags of registers (no comparison after the emitter's read)
-        emit_inc, handoff = Signal(name="emit_advance"), Signal(name="emit_handoff")
-        if p.pipeline:
-            at_end = Signal(init=1, name="emit_at_end")
-            rem = Signal.like(enpos, name="emit_remaining")
-            with m.If(handoff):
-                m.d.sync += [rem.eq(enpos_new), at_end.eq(enpos_new == 0)]
-            with m.Elif(emit_inc):
-                m.d.sync += [rem.eq(rem - 1), at_end.eq(rem == 1)]
-        else:
-            at_end = eidx >= enpos
+        s = _KeepState(self)
+        banks = _KeepBanks(m, s.width, s.sb, self.params.positions)
+        self._keep_counters(m, s)
+        at_end = self._keep_end_flag(m, s)
         # for tests: while emitting, ``at_end`` equals the comparison in every cycle
-        self.at_end_check = (at_end & emitting, (eidx >= enpos) & emitting)
-        e_data, e_stop = Signal(width), Signal(sb)
-        stored, wdata, wstop, wen, tw_en, tw_addr = (Signal(width), Signal(width), Signal(sb), Signal(),
-                                                     Signal(), Signal.like(idx))
-        k, done = i.payload.stop, i.payload.done
-        is_data = ~done & (k == 0)
-        room = idx < n_pos
-        m.d.comb += tw_addr.eq(idx)
-        if p.pipeline:
-            # the accumulating side reads at the position the next token has if the one at the input is taken
-            # (every token but a block end or done is): the read's address does not wait for i.ready, which
-            # depends on the output and the emitter; a token not taken is a block end or done, which does not
-            # use the word it reads
-            acc_next = Mux(i.valid & is_data & room, idx + 1,
-                           Mux(i.valid & (done | ((k != 0) & (k >= keep))), 0, idx))
-        else:
-            acc_next = idx_next
-        for j in range(2):
-            mine = acc == j
-            m.d.comb += [s_rd[j].addr.eq(Mux(mine, acc_next, eidx_next)), s_wr[j].data.eq(wdata),
-                         t_rd[j].addr.eq(Mux(mine, acc_next, eidx_next)),
-                         t_wr[j].addr.eq(tw_addr), t_wr[j].data.eq(wstop), t_wr[j].en.eq(tw_en & mine)]
-        m.d.comb += [stored.eq(Mux(acc, s_rd[1].data, s_rd[0].data)),
-                     e_data.eq(Mux(acc, s_rd[0].data, s_rd[1].data)),
-                     e_stop.eq(Mux(acc, t_rd[0].data, t_rd[1].data))]
-        if p.pipeline:
-            # whether a recorded inner stop follows a position, also in flip-flops: written as the stop memory
-            # is (``inner_stop_flags``), copied for the emitter at the hand-over and shifted as it moves on
-            # (``emit_inner_flags``), so that the emitter's next index depends on a flip-flop, not on a read
-            aflags = Signal(n_pos, name="inner_stop_flags")
-            eflags = Signal(n_pos, name="emit_inner_flags")
-            with m.If(tw_en):
-                m.d.sync += aflags.bit_select(tw_addr, 1).eq(wstop != 0)
-            with m.If(handoff):
-                m.d.sync += eflags.eq(aflags)
-            with m.Elif(emit_inc):
-                m.d.sync += eflags.eq(eflags >> 1)
-            e_inner = eflags[0]
-        else:
-            e_inner = e_stop != 0
-        if not p.pipeline:
-            for j in range(2):
-                m.d.comb += [s_wr[j].addr.eq(idx), s_wr[j].en.eq(wen & (acc == j))]
-            _, _, cur, nxt, _, _ = self._state_logic(m, stored=stored, fresh=first)
-            m.d.comb += wdata.eq(nxt.as_value())
-        else:
-            # the update in two cycles: the cycle a data token is taken registers the read port's data at its
-            # position (``update_state``) and the token; the next cycle adds them and writes the sum back
-            # (``update_*``). The next update of a position comes a chunk end after it at the earliest, when the
-            # read port, transparent for the write of the cycle before, sees the sum: the same tokens in the
-            # same cycles. (The read port's own register is on its address in a LUT RAM: the memory's read
-            # starts the update's path, so the data is registered again.)
-            upd, upd_bank = Signal(name="update_valid"), Signal(name="update_bank")
-            upd_addr = Signal.like(idx, name="update_position")
-            x_r = Signal.like(i.payload.payload, name="update_elem")
-            upd_state = Signal(width, name="update_state")      # init in a block's first chunk
-            _, _, _, nxt, _, init = self._state_logic(m, stored=upd_state, fresh=Const(0), elem=x_r)
-            m.d.sync += [upd.eq(wen), upd_bank.eq(acc), upd_addr.eq(idx), x_r.eq(i.payload.payload),
-                         upd_state.eq(Mux(first, init.as_value(), stored))]
-            for j in range(2):
-                m.d.comb += [s_wr[j].addr.eq(upd_addr), s_wr[j].en.eq(upd & (upd_bank == j))]
-            m.d.comb += wdata.eq(nxt.as_value())
-        out_free = ~o.valid | o.ready
-
-        def put(payload, stop_level, is_done=0):
-            m.d.sync += [o.valid.eq(1), o.payload.stop.eq(stop_level), o.payload.done.eq(is_done)]
-            if not p.pipeline:
-                m.d.sync += o.payload.payload.eq(payload)
-
-        if p.pipeline:
-            # the output tile: the emitter's state or 0 (every stop and done), chosen by registers and loaded
-            # whenever the output register is free (its tile only matters once a put makes it valid), instead
-            # of the puts' chain of assignments enabled by their whole condition
-            with m.If(out_free):
-                m.d.sync += o.payload.payload.eq(Mux(emitting & ~at_end & ~after, e_data, 0))
-            # keep + b: a register decoded from the writes of either (not an adder in i.ready)
-            reset = sum(r.init for r in self.regs.regs if r.name in ("keep", "rank"))
-            keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), operator.add, reset, len(keep) + 1)
-        else:
-            keep_b = keep + b
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
-        # the emitter: one output token per free cycle, from the bank not being accumulated
-        last = Signal(name="emit_last")        # the emitter sends its block's closing stop this cycle
-        m.d.comb += last.eq(emitting & out_free & at_end)
-        with m.If(emitting & out_free):
-            with m.If(at_end):
-                put(0, fstop)
-                m.d.sync += emitting.eq(0)
-                m.d.comb += eidx_next.eq(0)
-            with m.Elif(after):
-                put(0, e_stop)
-                m.d.sync += after.eq(0)
-                m.d.comb += [eidx_next.eq(eidx + 1), emit_inc.eq(1)]
-            with m.Else():
-                put(e_data, 0)
-                with m.If(e_inner):
-                    m.d.sync += after.eq(1)
-                with m.Else():
-                    m.d.comb += [eidx_next.eq(eidx + 1), emit_inc.eq(1)]
-
-        def kept():
-            block_end = ~done & (k != 0) & (k >= keep_b)
-            # done needs the output; a block end needs the other bank free (its emission over by this cycle)
-            m.d.comb += i.ready.eq(Mux(done, ~emitting & out_free, ~block_end | ~emitting | last))
-            # a data token or an inner stop is taken whenever it is there (``i.ready`` is 1 for it): its writes
-            # follow ``i.valid`` and the token, not the handshake, which depends on the output and the emitter
-            with m.If(i.valid & done):
-                with m.If(i.ready):
-                    put(0, 0, 1)
-                    m.d.sync += first.eq(1)
-                    m.d.comb += idx_next.eq(0)
-            with m.Elif(i.valid & is_data):
-                m.d.comb += [wen.eq(room), wstop.eq(0), tw_en.eq(room & first)]
-                with m.If(room):
-                    m.d.comb += idx_next.eq(idx + 1)
-            with m.Elif(i.valid & (k < keep)):    # an inner stop: recorded after the last position
-                with m.If(first & (idx != 0)):
-                    m.d.comb += [tw_addr.eq(idx - 1), wstop.eq(k), tw_en.eq(1)]
-            with m.Elif(i.valid & i.ready):       # a chunk end
-                m.d.sync += first.eq(0)
-                m.d.comb += idx_next.eq(0)
-                with m.If(first):
-                    m.d.sync += npos.eq(idx)
-                with m.If(block_end):         # hand the bank to the emitter (its index is back at 0)
-                    m.d.sync += [emitting.eq(1), enpos.eq(enpos_new), fstop.eq(k - b), after.eq(0),
-                                 acc.eq(~acc), first.eq(1)]
-                    m.d.comb += handoff.eq(1)
-
-        if p.pipeline:      # keep > 0 only (configure): a fabric builds positions for a node with keep
-            kept()
-            return m
-        with m.If(pend != 0):                     # keep = 0 only: the stop after an emitted state
-            with m.If(out_free):
-                put(0, pend)
-                m.d.sync += pend.eq(0)
-        with m.Elif(keep != 0):
-            kept()
-        with m.Else():                            # keep = 0: a plain Accum with its state in word 0
-            drop = ~done & (k != 0) & (k < b)
-            close = ~done & (k != 0) & (k >= b)
-            m.d.comb += [i.ready.eq(is_data | drop | out_free), idx_next.eq(0)]
-            with m.If(i.valid & is_data):
-                m.d.comb += wen.eq(1)
-                m.d.sync += first.eq(0)
-            with m.If(i.valid & out_free & (close | done)):
-                put(Mux(done, 0, cur.as_value()), 0, done)
-                m.d.sync += first.eq(1)
-                with m.If(close & (k > b)):
-                    m.d.sync += pend.eq(k - b)
+        self.at_end_check = (at_end & s.emitting, (s.eidx >= s.enpos) & s.emitting)
+        banks.connect(m, s, self._keep_read_address(s))
+        e_inner = self._keep_inner_flag(m, s)
+        cur = self._keep_update(m, s, banks)
+        keep_b = self._keep_output(m, s, at_end)
+        last = self._keep_emitter(m, s, at_end, e_inner)
+        self._keep_input(m, s, keep_b, last, cur)
         return m
+
+    def _keep_counters(self, m, s):
+        """Both sides' position counters: each index holds unless a piece drives its next value.
+
+        ``position_next`` / ``emit_index_next`` default to the index (the input side and the emitter drive
+        them otherwise) and the index takes its next value at the clock edge; each bank's read port is
+        addressed with the next value, so its data is the state at ``position`` / ``emit_index`` in the
+        cycle the index gets there. Also ``emit_positions_new``, the count a hand-over gives the emitter:
+        the position counter itself when the block had one chunk, else the first chunk's count.
+
+        Latency: the indices 1 cycle after their next values. Combinational: the next values' defaults,
+        ``emit_positions_new`` from registers.
+        """
+        m.d.comb += [s.idx_next.eq(s.idx), s.eidx_next.eq(s.eidx)]
+        m.d.sync += [s.idx.eq(s.idx_next), s.eidx.eq(s.eidx_next)]
+        m.d.comb += s.enpos_new.eq(Mux(s.first, s.idx, s.npos))
+
+    def _keep_end_flag(self, m, s):
+        """Whether the emitter is past its block's last position (it sends the closing stop next).
+
+        Plain build: the comparison ``emit_index >= emit_positions``. With ``pipeline``: a register
+        (``emit_at_end``) with the positions left to emit (``emit_remaining``, ``emit_positions -
+        emit_index`` while emitting) counted down beside it, so that its next value is chosen among flags
+        of registers (no comparison after the emitter's read).
+
+        Returns
+        -------
+        Value
+            The flag. Latency 0 (plain: combinational from the two registers) or a register loaded at the
+            hand-over and at each ``emit_advance``.
+        """
+        if not self.params.pipeline:
+            return s.eidx >= s.enpos
+        at_end = Signal(init=1, name="emit_at_end")
+        rem = Signal.like(s.enpos, name="emit_remaining")
+        with m.If(s.handoff):
+            m.d.sync += [rem.eq(s.enpos_new), at_end.eq(s.enpos_new == 0)]
+        with m.Elif(s.emit_inc):
+            m.d.sync += [rem.eq(rem - 1), at_end.eq(rem == 1)]
+        return at_end
+
+    def _keep_read_address(self, s):
+        """The accumulating side's read address: the position of the next token.
+
+        Plain build: ``position_next``, which the input side forms from the handshake. With ``pipeline``:
+        the position the next token has if the one at the input is taken (every token but a block end or
+        done is), so the read's address does not wait for ``i.ready``, which depends on the output and the
+        emitter; a token not taken is a block end or done, which does not use the word it reads.
+
+        Returns
+        -------
+        Value
+            Combinational (pipelined: from ``i.valid``, the input's stop and done, ``position`` and the
+            ``keep`` register).
+        """
+        if not self.params.pipeline:
+            return s.idx_next
+        return Mux(s.i.valid & s.is_data & s.room, s.idx + 1,
+                   Mux(s.i.valid & (s.done | ((s.k != 0) & (s.k >= s.keep))), 0, s.idx))
+
+    def _keep_inner_flag(self, m, s):
+        """Whether a recorded inner stop follows the emitter's position.
+
+        Plain build: the emitting bank's stop memory read (non-zero). With ``pipeline``: also kept in
+        flip-flops, written as the stop memory is (``inner_stop_flags``), copied for the emitter at the
+        hand-over and shifted as it moves on (``emit_inner_flags``), so that the emitter's next index
+        depends on a flip-flop, not on a read.
+
+        Returns
+        -------
+        Value
+            Plain: combinational from the stop memory's read data (its address is registered in the read
+            port). Pipelined: a flip-flop, ``P`` flags twice.
+        """
+        if not self.params.pipeline:
+            return s.e_stop != 0
+        n_pos = self.params.positions
+        aflags = Signal(n_pos, name="inner_stop_flags")
+        eflags = Signal(n_pos, name="emit_inner_flags")
+        with m.If(s.tw_en):
+            m.d.sync += aflags.bit_select(s.tw_addr, 1).eq(s.wstop != 0)
+        with m.If(s.handoff):
+            m.d.sync += eflags.eq(aflags)
+        with m.Elif(s.emit_inc):
+            m.d.sync += eflags.eq(eflags >> 1)
+        return eflags[0]
+
+    def _keep_update(self, m, s, banks):
+        """The accumulating side's update: the next state of the position written back to its bank.
+
+        Plain build: the update of the read port's data (``init`` in the block's first chunk, and with
+        ``keep = 0`` until the first data token) is written at ``position`` in the cycle the token is
+        taken (``wen``). With ``pipeline``, in two cycles: the cycle a data token is taken registers the
+        read port's data at its position (``update_state``; init in a block's first chunk) and the token;
+        the next cycle adds them and writes the sum back (``update_*``). The next update of a position
+        comes a chunk end after it at the earliest, when the read port, transparent for the write of the
+        cycle before, sees the sum: the same tokens in the same cycles. (The read port's own register is on
+        its address in a LUT RAM: the memory's read starts the update's path, so the data is registered
+        again.)
+
+        Parameters
+        ----------
+        banks : _KeepBanks
+            Where the state is written (:meth:`_KeepBanks.write_states`).
+
+        Returns
+        -------
+        Value or None
+            Plain build: the current state (init or the read data), which the ``keep = 0`` path emits;
+            pipelined: None (keep > 0 only). Combinational: plain, the update from the read data; pipelined,
+            from the ``update_*`` registers.
+        """
+        if not self.params.pipeline:
+            banks.write_states(m, s.idx, s.wen, s.acc)
+            _, _, cur, nxt, _, _ = self._state_logic(m, stored=s.stored, fresh=s.first)
+            m.d.comb += s.wdata.eq(nxt.as_value())
+            return cur
+        upd, upd_bank = Signal(name="update_valid"), Signal(name="update_bank")
+        upd_addr = Signal.like(s.idx, name="update_position")
+        x_r = Signal.like(s.i.payload.payload, name="update_elem")
+        upd_state = Signal(s.width, name="update_state")
+        _, _, _, nxt, _, init = self._state_logic(m, stored=upd_state, fresh=Const(0), elem=x_r)
+        m.d.sync += [upd.eq(s.wen), upd_bank.eq(s.acc), upd_addr.eq(s.idx), x_r.eq(s.i.payload.payload),
+                     upd_state.eq(Mux(s.first, init.as_value(), s.stored))]
+        banks.write_states(m, upd_addr, upd, upd_bank)
+        m.d.comb += s.wdata.eq(nxt.as_value())
+        return None
+
+    def _keep_output(self, m, s, at_end):
+        """The output register's shared logic, and the level of a block end.
+
+        ``o.valid`` drops when ``o`` takes a token (a put of the emitter or the input side sets it again).
+        With ``pipeline`` the output tile is the emitter's state or 0 (every stop and done), chosen by
+        registers and loaded whenever the output register is free (its tile only matters once a put makes
+        it valid), instead of the puts' chain of assignments enabled by their whole condition; and ``keep +
+        rank``, the lowest stop that ends a block, is a register decoded from the writes of either (not an
+        adder in ``i.ready``).
+
+        Parameters
+        ----------
+        at_end : Value
+            The emitter's end flag (:meth:`_keep_end_flag`).
+
+        Returns
+        -------
+        Value
+            ``keep + rank``: plain build, an adder of the two registers; pipelined, a register
+            (``cfg_keep_rank_add``).
+        """
+        if not self.params.pipeline:
+            keep_b = s.keep + s.b
+        else:
+            with m.If(s.out_free):
+                m.d.sync += s.o.payload.payload.eq(Mux(s.emitting & ~at_end & ~s.after, s.e_data, 0))
+            reset = sum(r.init for r in self.regs.regs if r.name in ("keep", "rank"))
+            keep_b = self.regs.decoded(m, self.cfg, ("keep", "rank"), operator.add, reset, len(s.keep) + 1)
+        with m.If(s.o.ready):
+            m.d.sync += s.o.valid.eq(0)
+        return keep_b
+
+    def _keep_emitter(self, m, s, at_end, e_inner):
+        """The emitter: one output token per free output cycle, from the bank not being accumulated.
+
+        Per position its state, then the inner stop recorded after it (if any), then after the last
+        position the block's closing stop ``S_(k-b)``; then it is idle (``emitting`` low) until the next
+        hand-over. Each move to the next position drives ``emit_index_next`` (the emitting bank's read
+        address, so the next state is on the read port in the next cycle) and ``emit_advance``.
+
+        Parameters
+        ----------
+        at_end, e_inner : Value
+            The end flag (:meth:`_keep_end_flag`) and the inner-stop flag (:meth:`_keep_inner_flag`).
+
+        Returns
+        -------
+        Signal
+            ``emit_last``: the emitter sends its block's closing stop this cycle (the input side may hand
+            over the next bank in the same cycle). Latency: a token 1 cycle after its read address (the read
+            port's register), into the output register. Combinational: ``emit_last`` and the next index from
+            ``o.ready`` and the emitter's registers (plain build: also the stop memory's read data).
+        """
+        last = Signal(name="emit_last")
+        m.d.comb += last.eq(s.emitting & s.out_free & at_end)
+        with m.If(s.emitting & s.out_free):
+            with m.If(at_end):
+                s.put(m, 0, s.fstop)
+                m.d.sync += s.emitting.eq(0)
+                m.d.comb += s.eidx_next.eq(0)
+            with m.Elif(s.after):
+                s.put(m, 0, s.e_stop)
+                m.d.sync += s.after.eq(0)
+                m.d.comb += [s.eidx_next.eq(s.eidx + 1), s.emit_inc.eq(1)]
+            with m.Else():
+                s.put(m, s.e_data, 0)
+                with m.If(e_inner):
+                    m.d.sync += s.after.eq(1)
+                with m.Else():
+                    m.d.comb += [s.eidx_next.eq(s.eidx + 1), s.emit_inc.eq(1)]
+        return last
+
+    def _keep_input(self, m, s, keep_b, last, cur):
+        """The input side: with ``keep > 0`` :meth:`_keep_kept_input`; with ``keep = 0`` (plain build only)
+        :meth:`_keep_plain_input` once the stop ``S_(k-b)`` pending after an emitted state has left (no
+        input token is taken while it is pending).
+
+        A pipelined unit runs ``keep > 0`` only (:meth:`configure` rejects ``keep = 0``: a fabric builds
+        positions for a node with keep), so its input side is the kept one without a choice.
+
+        Parameters
+        ----------
+        keep_b, last : Value
+            ``keep + rank`` (:meth:`_keep_output`) and ``emit_last`` (:meth:`_keep_emitter`).
+        cur : Value or None
+            The plain build's current state (:meth:`_keep_update`).
+        """
+        if self.params.pipeline:
+            self._keep_kept_input(m, s, keep_b, last)
+            return
+        with m.If(s.pend != 0):                   # keep = 0 only: the stop after an emitted state
+            with m.If(s.out_free):
+                s.put(m, 0, s.pend)
+                m.d.sync += s.pend.eq(0)
+        with m.Elif(s.keep != 0):
+            self._keep_kept_input(m, s, keep_b, last)
+        with m.Else():
+            self._keep_plain_input(m, s, cur)
+
+    def _keep_kept_input(self, m, s, keep_b, last):
+        """The input handshake and the accumulating side's control for ``keep > 0``.
+
+        A data token writes its position's update (``wen``, while a position is left) and moves the
+        position on; in the block's first chunk its inner-stop word is cleared, and an inner stop (``S_k``,
+        ``1 <= k < keep``) is recorded after the last position written. A chunk end (``S_k``, ``k >= keep``)
+        restarts the position (the first chunk's count is kept); a block end (``k >= keep + b``) also hands
+        the bank to the emitter (its index is back at 0) and accumulating goes on in the other bank. Done
+        is output once the emitter is idle.
+
+        A data token or an inner stop is taken whenever it is there (``i.ready`` is 1 for it): its writes
+        follow ``i.valid`` and the token, not the handshake, which depends on the output and the emitter.
+        Combinational: ``i.ready`` from ``o.ready`` (done; a block end while the emitter sends its last
+        token) and the emitter's registers; the writes from ``i.valid`` and the token. Latency 0 (the
+        writes); a block end's first state is on ``o`` 2 cycles after it is taken.
+
+        Parameters
+        ----------
+        keep_b, last : Value
+            ``keep + rank`` and ``emit_last``, as for :meth:`_keep_input`.
+        """
+        i, k, done = s.i, s.k, s.done
+        block_end = ~done & (k != 0) & (k >= keep_b)
+        # done needs the output; a block end needs the other bank free (its emission over by this cycle)
+        m.d.comb += i.ready.eq(Mux(done, ~s.emitting & s.out_free, ~block_end | ~s.emitting | last))
+        with m.If(i.valid & done):
+            with m.If(i.ready):
+                s.put(m, 0, 0, 1)
+                m.d.sync += s.first.eq(1)
+                m.d.comb += s.idx_next.eq(0)
+        with m.Elif(i.valid & s.is_data):
+            m.d.comb += [s.wen.eq(s.room), s.wstop.eq(0), s.tw_en.eq(s.room & s.first)]
+            with m.If(s.room):
+                m.d.comb += s.idx_next.eq(s.idx + 1)
+        with m.Elif(i.valid & (k < s.keep)):      # an inner stop: recorded after the last position
+            with m.If(s.first & (s.idx != 0)):
+                m.d.comb += [s.tw_addr.eq(s.idx - 1), s.wstop.eq(k), s.tw_en.eq(1)]
+        with m.Elif(i.valid & i.ready):           # a chunk end
+            m.d.sync += s.first.eq(0)
+            m.d.comb += s.idx_next.eq(0)
+            with m.If(s.first):
+                m.d.sync += s.npos.eq(s.idx)
+            with m.If(block_end):             # hand the bank to the emitter (its index is back at 0)
+                m.d.sync += [s.emitting.eq(1), s.enpos.eq(s.enpos_new), s.fstop.eq(k - s.b), s.after.eq(0),
+                             s.acc.eq(~s.acc), s.first.eq(1)]
+                m.d.comb += s.handoff.eq(1)
+
+    def _keep_plain_input(self, m, s, cur):
+        """``keep = 0`` (plain build): a plain Accum (:meth:`elaborate` without positions) with its state in
+        word 0 of the first bank.
+
+        Data and dropped stops (``S_k``, ``k < b``) are taken every cycle (a data token writes word 0); a
+        close (``k >= b``) or done waits for the output register and emits the state (0 for done), then
+        ``S_(k-b)`` if ``k > b`` (``pending_stop``). Latency 1; combinational: ``i.ready`` from ``o.ready``
+        and the input's stop level.
+
+        Parameters
+        ----------
+        cur : Value
+            The current state (:meth:`_keep_update`).
+        """
+        i, k, done, b = s.i, s.k, s.done, s.b
+        drop = ~done & (k != 0) & (k < b)
+        close = ~done & (k != 0) & (k >= b)
+        m.d.comb += [i.ready.eq(s.is_data | drop | s.out_free), s.idx_next.eq(0)]
+        with m.If(i.valid & s.is_data):
+            m.d.comb += s.wen.eq(1)
+            m.d.sync += s.first.eq(0)
+        with m.If(i.valid & s.out_free & (close | done)):
+            s.put(m, Mux(done, 0, cur.as_value()), 0, done)
+            m.d.sync += s.first.eq(1)
+            with m.If(close & (k > b)):
+                m.d.sync += s.pend.eq(k - b)
 
 
 class Scan(_Reduce):
