@@ -293,6 +293,73 @@ class _MemUnit(StepUnit):
 
 # ----------------------------------------------------------------------------- LinearOffChipLoad
 
+class _LoadState:
+    """The signals the pieces of a :class:`LinearOffChipLoad` share (:meth:`LinearOffChipLoad.elaborate`);
+    no logic.
+
+    Plain attributes, not a component: the control, the walk's events and the burst count each drive some of
+    the event's fields, its valid and the walk's state, so ports between them would be most of these
+    signals, in both directions.
+
+    Parameters
+    ----------
+    unit : LinearOffChipLoad
+        The unit, its registers already elaborated.
+
+    Attributes
+    ----------
+    n_out : Value
+        The ``n_out`` register (``out_shape`` dimensions).
+    rstr, racc : list
+        With a ref: per ref dimension its byte stride (register ``rstride{k}``) and its running byte
+        address (``racc{k}``, the walk's start); empty without.
+    top : Signal
+        The highest block-end level the unit sends.
+    state : Signal
+        IDLE, RUN or FIN (:meth:`LinearOffChipLoad._control`).
+    blk_done : Signal
+        No ref: the one block is finished.
+    walking : Signal
+        No ref: the walk's events are being sent (RUN, the block not finished and not empty).
+    ev_valid, final : Signal
+        An event this cycle; it ends the block.
+    covered, burst : Signal
+        Bursts: the tiles of the current burst still to come (requested), and the tiles the next request
+        covers.
+    run_op, run_last : Signal
+        What the run's position does this cycle (HOLD, INC, ZERO: hold, step, restart); registered
+        ``run_rem == 1``.
+    w, eager_mode, leaf_skip
+        Set by :meth:`LinearOffChipLoad._walk`: the :class:`AffineWalk`, whether block ends are eager (a ref of
+        rank 0), and whether the block has no tokens at all.
+    ev, accept
+        Set by :meth:`LinearOffChipLoad._request_side`: the event's payload and whether the event is taken
+        this cycle.
+    """
+
+    IDLE, RUN, FIN = 0, 1, 2        # the unit's state
+    HOLD, INC, ZERO = 0, 1, 2       # the run position's operation
+
+    def __init__(self, unit):
+        p, R = unit.params, unit.regs
+        D, bw = p.max_dims, p.burst_words
+        self.n_out = R["n_out"]
+        self.rstr = [R[f"rstride{k}"] for k in range(D)] if p.ref else []
+        self.racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
+        self.top = Signal(range(D + 1), name="top")
+        self.state = Signal(2, name="state")
+        self.blk_done = Signal(name="blk_done")
+        self.walking = Signal(name="walking")
+        self.ev_valid = Signal(name="ev_valid")
+        self.final = Signal(name="final")
+        self.covered = Signal(range(bw), name="covered")
+        self.burst = Signal(range(bw + 1), name="burst")
+        self.run_op = Signal(range(3), name="run_op")
+        self.run_last = Signal(name="run_last")
+        self.w = self.eager_mode = self.leaf_skip = None
+        self.ev = self.accept = None
+
+
 class LinearOffChipLoad(_MemUnit):
     """Affine tile loads (STeP LinearOffChipLoad), optionally once per element of ``i_ref``.
 
@@ -392,12 +459,46 @@ class LinearOffChipLoad(_MemUnit):
         return self.config_image(**values)
 
     def elaborate(self, platform):
+        """The unit's logic, in the order its pieces add it (the class docstring describes the whole).
+
+        The response side (:meth:`_response_side`: the request/response core and the output's
+        StopMerger), the shared signals (:class:`_LoadState`), the address walk (:meth:`_walk`), the
+        request side (:meth:`_request_side`: the events' channel to the core, :meth:`_burst_length`,
+        :meth:`_block_events`), and the control (:meth:`_control`, with the ref's tokens in
+        :meth:`_ref_token`, or the one block of a unit without a ref in :meth:`_no_ref_run` and
+        :meth:`_no_ref_walk`). Each piece takes the module ``m`` and the shared signals ``s``. (Helpers, not
+        components: see :class:`_LoadState`.)
+        """
         m = Module()
         self.regs.elaborate(m, self.cfg)
-        p, R = self.params, self.regs
-        D, fmt = p.max_dims, self.token_format()
-        sb = fmt.stop_bits
-        m.submodules.tracker = tr = _Tracker(p.port, sb, p.max_inflight, buffered=p.pipeline)
+        tr = self._response_side(m)
+        s = _LoadState(self)
+        self._walk(m, s)
+        self._request_side(m, s, tr)
+        self._burst_length(m, s)
+        self._control(m, s)
+        if not self.params.ref:
+            self._no_ref_walk(m, s)
+        return m
+
+    def _response_side(self, m):
+        """The request/response core (:class:`_Tracker`) on ``mem`` and the :class:`StopMerger` on ``o``.
+
+        The core issues each event's request as it queues the event (its request side is
+        :meth:`_request_side`), keeps the responses in order and hands every event, with its tile, to the
+        merger, which merges block ends into the stops after them. With ``pipeline`` the core's order queue
+        has a registered head (``buffered``). Latency: memory latency + 2 cycles from a request to its tile on
+        ``o``; an event without a tile that finds the order queue empty leaves the core 1 cycle after it
+        (2 with ``pipeline``). Combinational: ``o`` from the merger behind the core's FIFOs (``o.valid``
+        never depends on ``o.ready``).
+
+        Returns
+        -------
+        _Tracker
+            The core; its ``ev`` takes the unit's events.
+        """
+        p, fmt = self.params, self.token_format()
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, buffered=p.pipeline)
         m.submodules.merger = mg = StopMerger(fmt)
         wiring.connect(m, tr.mem, wiring.flipped(self.mem))
         wiring.connect(m, mg.o, wiring.flipped(self.o))
@@ -405,153 +506,204 @@ class LinearOffChipLoad(_MemUnit):
                      mg.i.payload.payload.eq(tr.o.payload.payload), mg.i.payload.stop.eq(tr.o.payload.stop),
                      mg.i.payload.done.eq(tr.o.payload.done), mg.i.payload.end.eq(tr.o.payload.end),
                      mg.i.payload.eager.eq(tr.o.payload.eager)]
+        return tr
 
-        n_out = R["n_out"]
+    def _walk(self, m, s):
+        """The address walk of one block (``out_shape``, :class:`AffineWalk`, prefix ``o``): ``s.w``.
+
+        Its levels go up to ``top`` (``n_out`` with a ref, whose stops follow the block's, else ``n_out -
+        1``). With ``pipeline`` the walk's step counters restart from ``count - 1`` and whether the count is
+        1 or 2, registers decoded from the counts' writes. Also ``s.eager_mode`` (a ref of rank 0: the
+        block's final end is eager too, not only the closes inside the walk) and ``s.leaf_skip`` (no ref and
+        an empty outermost dimension: no tokens at all; never with a ref, where ``lo <= n_out = top``).
+        Everything here is combinational from the registers and the walk's state (the walk's
+        :meth:`~AffineWalk.reset` and :meth:`~AffineWalk.advance` are the control's).
+        """
+        p, R = self.params, self.regs
+        D = p.max_dims
         cnt = [R[f"count{j}"] for j in range(D)]
         ostr = [R[f"stride{j}"] for j in range(D)]
-        rstr = [R[f"rstride{k}"] for k in range(D)] if p.ref else []
-        racc = [Signal(p.addr_bits, name=f"racc{k}") for k in range(D)] if p.ref else []
-        top = Signal(range(D + 1))             # highest block-end level this unit sends
-        m.d.comb += top.eq(n_out if p.ref else n_out - 1)
+        m.d.comb += s.top.eq(s.n_out if p.ref else s.n_out - 1)
         less = None
         if p.pipeline:
-            # the walk's step counters restart at count - 1 and its flags at whether the count is 1 or 2,
-            # registers decoded from the counts' writes
             less = self.regs.count_flags(m, self.cfg, [f"count{j}" for j in range(D)])
-        w = AffineWalk(m, cnt, ostr, n_out, top, p.count_bits, p.addr_bits, "o",     # the block's walk
-                       static_counts=True, count_flags=less)
-        eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
-        # no ref and the outermost dim is empty: no tokens at all (never with a ref: lo <= n_out = top)
-        leaf_skip = w.has_zero & (w.lo > top)
+        s.w = w = AffineWalk(m, cnt, ostr, s.n_out, s.top, p.count_bits, p.addr_bits, "o",
+                             static_counts=True, count_flags=less)
+        s.eager_mode = Const(int(p.ref)) & (R["in_rank"] == 0) if p.ref else Const(0)
+        s.leaf_skip = w.has_zero & (w.lo > s.top)
 
-        # ---- state
-        IDLE, RUN, FIN = 0, 1, 2
-        state = Signal(2)
-        blk_done = Signal()                     # no-ref: the one block is finished
-        # no-ref: the walk's events are being sent (RUN, the block not finished and not empty), one flag, so the
-        # walk's enables and the event logic read it instead of the state, blk_done and whether the walk is empty
-        walking = Signal()
+    def _request_side(self, m, s, tr):
+        """The events' channel into the core: ``s.ev`` (the event), valid from ``s.ev_valid``, and
+        ``s.accept`` (the event is taken this cycle).
 
+        With ``pipeline`` the events reach the core through a register slice (:class:`FullSlice`): the
+        core's credit check and the memory handshake stay off the walk's advance (its counters' enables),
+        and the event logic off the core's queues; a cycle of latency. Without it the channel is the core's
+        ``ev``: ``mem.req.valid`` combinational in ``ev_valid`` and ``accept`` in ``mem.req.ready``.
+
+        Parameters
+        ----------
+        tr : _Tracker
+            The core (:meth:`_response_side`).
+        """
         events = tr.ev
-        if p.pipeline:
-            # the walk's events reach the tracker through a register slice: the tracker's credit check and
-            # the memory handshake stay off the walk's advance (its counters' enables), and the event logic
-            # off the tracker's queues; a cycle of latency
+        if self.params.pipeline:
             m.submodules.slice = sl = FullSlice(tr.ev_layout)
             wiring.connect(m, sl.o, tr.ev)
             events = sl.i
-        ev = events.payload
-        ev_valid = Signal()
-        final = Signal()                        # this event ends the block
-        m.d.comb += events.valid.eq(ev_valid)
-        accept = events.valid & events.ready
+        s.ev = events.payload
+        m.d.comb += events.valid.eq(s.ev_valid)
+        s.accept = events.valid & events.ready
 
-        # bursts: the tiles left in the walk's contiguous run (register ``run``, from configure), up to the
-        # block's end; a free-running count of the run's tiles not yet requested (each run is whole: the
-        # walk's blocks are runs)
-        bw = p.burst_words
-        covered = Signal(range(bw))             # tiles of the current burst still to come (requested)
-        burst = Signal(range(bw + 1))
-        run_rem = Signal(32)                    # the run's tiles from the walk's position on (>= 1 once started)
-        HOLD, INC, ZERO = 0, 1, 2
-        run_op = Signal(range(3))               # what the run position does this cycle (hold, step, restart)
-        run_last = Signal()                     # registered: run_rem == 1
-        if bw > 1:
-            lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
-            to_end, run_left = Signal(range(bw + 1)), Signal(range(bw + 1))
-            # run_left: run_rem clamped to a burst: a register beside run_rem, each outcome computed from
-            # registers by a decrement or a comparison (never a subtraction into a comparison), so the 32-bit
-            # run arithmetic stays off the request's path and out of the carry chains' series
-            run = R["run"]
+    def _burst_length(self, m, s):
+        """``s.burst``: the tiles the next read request covers (1 without bursts).
 
-            def clamp(v):
-                return Mux(v > bw, bw, v)
-            m.d.sync += [run_rem.eq(Mux(run_op == INC, run_rem - 1, Mux(run_op == ZERO, run, run_rem))),
-                         run_last.eq(Mux(run_op == INC, run_rem == 2,
-                                         Mux(run_op == ZERO, run == 1, run_rem == 1))),
-                         run_left.eq(Mux(run_op == INC, Mux(run_rem > bw + 1, bw, run_rem - 1),
-                                         Mux(run_op == ZERO, clamp(run), clamp(run_rem))))]
-            m.d.comb += [to_end.eq(bw - w.acc[0][lo:hi]), burst.eq(Mux(run_left < to_end, run_left, to_end))]
-        else:
-            m.d.comb += burst.eq(1)
+        The tiles left in the walk's contiguous run (register ``run``, from :meth:`configure`), up to the
+        end of the burst block the walk's address is in; the run's position is a free-running count of its
+        tiles not yet requested (each run is whole: the walk's blocks are runs), which ``s.run_op`` holds,
+        steps or restarts (``_LoadState.INC``, ``ZERO``) and ``s.run_last`` flags at its last tile. Latency:
+        the run's count and flags are registers; ``burst`` is combinational from them and the walk's offset.
+        """
+        p, bw = self.params, self.params.burst_words
+        if bw == 1:
+            m.d.comb += s.burst.eq(1)
+            return
+        INC, ZERO = _LoadState.INC, _LoadState.ZERO
+        run_rem = Signal(32, name="run_rem")   # the run's tiles from the walk's position on (>= 1 once started)
+        run_op, run_last = s.run_op, s.run_last
+        lo, hi = (p.tile_bytes - 1).bit_length(), (p.burst_bytes - 1).bit_length()
+        # (``to_end`` keeps the name Amaranth gives a signal it cannot name: a name of ours would rename its
+        # wire in the Verilog)
+        to_end, run_left = Signal(range(bw + 1), name="$signal"), Signal(range(bw + 1), name="run_left")
+        # run_left: run_rem clamped to a burst: a register beside run_rem, each outcome computed from
+        # registers by a decrement or a comparison (never a subtraction into a comparison), so the 32-bit
+        # run arithmetic stays off the request's path and out of the carry chains' series
+        run = self.regs["run"]
 
-        def block_events():
-            with m.If(w.phase == 0):
-                with m.If(w.has_zero):
-                    m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.lo),
-                                 ev.eager.eq(eager_mode & w.complete & ~w.close_needed)]
-                with m.Else():
-                    m.d.comb += [ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0]),
-                                 ev.words.eq(Mux(covered == 0, burst, 0))]
-                    if bw > 1:
-                        with m.If(accept):
-                            m.d.sync += covered.eq(Mux(covered == 0, burst - 1, covered - 1))
-                            m.d.comb += run_op.eq(Mux(run_last, ZERO, INC))
-                m.d.comb += final.eq(w.complete & ~w.close_needed)
+        def clamp(v):
+            return Mux(v > bw, bw, v)
+        m.d.sync += [run_rem.eq(Mux(run_op == INC, run_rem - 1, Mux(run_op == ZERO, run, run_rem))),
+                     run_last.eq(Mux(run_op == INC, run_rem == 2, Mux(run_op == ZERO, run == 1, run_rem == 1))),
+                     run_left.eq(Mux(run_op == INC, Mux(run_rem > bw + 1, bw, run_rem - 1),
+                                     Mux(run_op == ZERO, clamp(run), clamp(run_rem))))]
+        m.d.comb += [to_end.eq(bw - s.w.acc[0][lo:hi]),
+                     s.burst.eq(Mux(run_left < to_end, run_left, to_end))]
+
+    def _block_events(self, m, s):
+        """The walk's event this cycle (in the control's state that sends the block).
+
+        Phase 0: an element's tile (a read of ``burst`` tiles on the first tile of a burst, none for the
+        tiles the burst covers), or, for an empty dimension, the block end the walk's ``lo`` names. Phase 1:
+        the close after an element, sent at once (a close inside the walk is followed by the next element,
+        never by an outer stop; held, it would cost the output a cycle per close), eager but for the
+        block's final close (without a ref of rank 0). ``s.final``: this event ends the block.
+        Combinational from the walk's registers and the burst count; ``covered`` and the run's position
+        move when a tile's event is taken.
+        """
+        w, ev, bw = s.w, s.ev, self.params.burst_words
+        with m.If(w.phase == 0):
+            with m.If(w.has_zero):
+                m.d.comb += [s.ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.lo),
+                             ev.eager.eq(s.eager_mode & w.complete & ~w.close_needed)]
             with m.Else():
-                # a close inside the walk is followed by the next element, never by an outer stop: sent at
-                # once (held, it would cost the output a cycle per close)
-                m.d.comb += [ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.pend),
-                             ev.eager.eq(~w.pend_final | eager_mode), final.eq(w.pend_final)]
+                m.d.comb += [s.ev_valid.eq(1), ev.mem.eq(1), ev.addr.eq(w.acc[0]),
+                             ev.words.eq(Mux(s.covered == 0, s.burst, 0))]
+                if bw > 1:
+                    with m.If(s.accept):
+                        m.d.sync += s.covered.eq(Mux(s.covered == 0, s.burst - 1, s.covered - 1))
+                        m.d.comb += s.run_op.eq(Mux(s.run_last, _LoadState.ZERO, _LoadState.INC))
+            m.d.comb += s.final.eq(w.complete & ~w.close_needed)
+        with m.Else():
+            m.d.comb += [s.ev_valid.eq(1), ev.end.eq(1), ev.stop.eq(w.pend),
+                         ev.eager.eq(~w.pend_final | s.eager_mode), s.final.eq(w.pend_final)]
 
-        with m.Switch(state):
-            with m.Case(IDLE):
+    def _control(self, m, s):
+        """The unit's state: IDLE until ``start``, RUN (the ref's tokens, or the one block), FIN after its
+        done until ``start`` is written 0.
+
+        The start resets the walk (and the ref's running addresses) to ``base``; with no ref it also sets
+        ``walking`` unless the block is empty (the walk's empty-dimension registers follow the counts a
+        cycle after their writes, and ``start`` is written after them and seen a cycle later).
+        """
+        p, R, w = self.params, self.regs, s.w
+        with m.Switch(s.state):
+            with m.Case(_LoadState.IDLE):
                 with m.If(R["start"]):
-                    m.d.sync += [state.eq(RUN), w.phase.eq(0), blk_done.eq(0), covered.eq(0)]
+                    m.d.sync += [s.state.eq(_LoadState.RUN), w.phase.eq(0), s.blk_done.eq(0), s.covered.eq(0)]
                     if not p.ref:
-                        # the walk's empty-dimension registers follow the counts a cycle after their writes,
-                        # and start is written after them and seen a cycle later
-                        m.d.sync += walking.eq(~leaf_skip)
-                    m.d.comb += run_op.eq(ZERO)
+                        m.d.sync += s.walking.eq(~s.leaf_skip)
+                    m.d.comb += s.run_op.eq(_LoadState.ZERO)
                     w.reset(m, R["base"])
-                    m.d.sync += [a.eq(R["base"]) for a in racc]
-            with m.Case(RUN):
+                    m.d.sync += [a.eq(R["base"]) for a in s.racc]
+            with m.Case(_LoadState.RUN):
                 if p.ref:
-                    ref = self.i_ref
-                    tok = ref.payload
-                    with m.If(ref.valid):
-                        with m.If(tok.done):
-                            m.d.comb += [ev_valid.eq(1), ev.done.eq(1), ref.ready.eq(accept)]
-                            with m.If(accept):
-                                m.d.sync += state.eq(FIN)
-                        with m.Elif(tok.stop != 0):
-                            m.d.comb += [ev_valid.eq(1), ev.stop.eq(tok.stop + n_out), ref.ready.eq(accept)]
-                            with m.If(accept):
-                                for k in range(1, D):
-                                    with m.If(tok.stop == k):
-                                        nxt = racc[k] + rstr[k]
-                                        m.d.sync += [racc[i].eq(nxt) for i in range(k + 1)]
-                                        w.reset(m, nxt)
-                        with m.Else():
-                            block_events()
-                            m.d.comb += ref.ready.eq(accept & final)
-
-                            def finish_ref():
-                                nxt = racc[0] + rstr[0]
-                                m.d.sync += racc[0].eq(nxt)
-                                w.reset(m, nxt)
-                            with m.If(accept):
-                                w.advance(m, finish_ref)
+                    self._ref_token(m, s)
                 else:
-                    with m.If(blk_done):
-                        m.d.comb += [ev_valid.eq(1), ev.done.eq(1)]
-                        with m.If(accept):
-                            m.d.sync += state.eq(FIN)
-                    with m.Elif(~walking):
-                        m.d.sync += blk_done.eq(1)      # the empty block: nothing to send
-            with m.Case(FIN):
+                    self._no_ref_run(m, s)
+            with m.Case(_LoadState.FIN):
                 with m.If(~R["start"]):
-                    m.d.sync += state.eq(IDLE)
-        if not p.ref:
-            # outside the state's cases: walking is only set in RUN
-            with m.If(walking):
-                block_events()
+                    m.d.sync += s.state.eq(_LoadState.IDLE)
 
-                def finish_once():
-                    m.d.sync += [walking.eq(0), blk_done.eq(1)]
-                with m.If(accept):
-                    w.advance(m, finish_once)
-        return m
+    def _ref_token(self, m, s):
+        """RUN with a ref: each token of ``i_ref`` (taken with the event it makes).
+
+        Done: the done event, then FIN. A stop ``S_k``: the event ``S_(k + n_out)``, and ref dimension ``k``
+        steps (the running addresses of it and the ones below it move on by its stride; the walk restarts
+        there). A data token: the block's events (:meth:`_block_events`); the token is taken with the block's
+        final event, and ref dimension 0 steps. Combinational: ``i_ref.ready`` from ``accept`` (so from the
+        channel's ready: ``mem.req.ready``, or with ``pipeline`` the slice's registered ``ready``) and the
+        walk's state.
+        """
+        D, w, ev = self.params.max_dims, s.w, s.ev
+        ref = self.i_ref
+        tok = ref.payload
+        with m.If(ref.valid):
+            with m.If(tok.done):
+                m.d.comb += [s.ev_valid.eq(1), ev.done.eq(1), ref.ready.eq(s.accept)]
+                with m.If(s.accept):
+                    m.d.sync += s.state.eq(_LoadState.FIN)
+            with m.Elif(tok.stop != 0):
+                m.d.comb += [s.ev_valid.eq(1), ev.stop.eq(tok.stop + s.n_out), ref.ready.eq(s.accept)]
+                with m.If(s.accept):
+                    for k in range(1, D):
+                        with m.If(tok.stop == k):
+                            nxt = s.racc[k] + s.rstr[k]
+                            m.d.sync += [s.racc[i].eq(nxt) for i in range(k + 1)]
+                            w.reset(m, nxt)
+            with m.Else():
+                self._block_events(m, s)
+                m.d.comb += ref.ready.eq(s.accept & s.final)
+
+                def finish_ref():
+                    nxt = s.racc[0] + s.rstr[0]
+                    m.d.sync += s.racc[0].eq(nxt)
+                    w.reset(m, nxt)
+                with m.If(s.accept):
+                    w.advance(m, finish_ref)
+
+    def _no_ref_run(self, m, s):
+        """RUN without a ref: once the block is finished (``blk_done``), the done event, then FIN; an empty
+        block (not ``walking`` from the start) is finished at once. The block's events come from
+        :meth:`_no_ref_walk`."""
+        with m.If(s.blk_done):
+            m.d.comb += [s.ev_valid.eq(1), s.ev.done.eq(1)]
+            with m.If(s.accept):
+                m.d.sync += s.state.eq(_LoadState.FIN)
+        with m.Elif(~s.walking):
+            m.d.sync += s.blk_done.eq(1)      # the empty block: nothing to send
+
+    def _no_ref_walk(self, m, s):
+        """Without a ref: while ``walking`` (one flag, set only in RUN, so the walk's enables and the event
+        logic read it instead of the state, ``blk_done`` and whether the walk is empty), the block's events
+        (:meth:`_block_events`); the block's final event ends it (``blk_done``). Outside the control's
+        cases."""
+        with m.If(s.walking):
+            self._block_events(m, s)
+
+            def finish_once():
+                m.d.sync += [s.walking.eq(0), s.blk_done.eq(1)]
+            with m.If(s.accept):
+                s.w.advance(m, finish_once)
 
 
 # ----------------------------------------------------------------------------- LinearOffChipStore
