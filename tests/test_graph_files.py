@@ -71,7 +71,29 @@ def test_expected_outputs_in_the_inputs_are_checked(capsys, tmp_path):
     wrong["expected.y"] = wrong["expected.y"] + 1
     np.savez(tmp_path / "wrong.npz", **wrong)
     code, out, _ = run_cli(capsys, "run", str(tmp_path / "r.json"), "--inputs", str(tmp_path / "wrong.npz"))
-    assert code == 1 and "OUTPUTS DIFFER: y: 64 of 64 elements differ" in out
+    assert code == 1 and "OUTPUTS DIFFER: y: 64 of 64 elements differ, first at (0, 0): got " in out
+
+
+def test_sim_checks_the_expected_outputs(capsys, tmp_path):
+    """``sim`` checks the RTL against the expected outputs as ``run`` does, beside the interpreter: the RTL
+    matching the interpreter is not enough when the expected outputs say otherwise (a stale ``.npz``)."""
+    g, t = relu_layer()
+    save_workload(workload(g, t), tmp_path / "r.json", tmp_path / "r.npz")
+    wrong = dict(np.load(tmp_path / "r.npz"))
+    wrong["expected.y"][2, 3] += 1
+    np.savez(tmp_path / "wrong.npz", **wrong)
+    argv = ["sim", str(tmp_path / "r.json"), "--backend", "amaranth", "--no-model"]
+    code, out, _ = run_cli(capsys, *argv, "--inputs", str(tmp_path / "r.npz"))
+    assert code == 0 and "outputs match the interpreter and the expected outputs" in out
+    code, out, _ = run_cli(capsys, *argv, "--inputs", str(tmp_path / "wrong.npz"))
+    assert code == 1 and "outputs match the interpreter\n" in out
+    want = int(wrong["expected.y"][2, 3])
+    assert (f"OUTPUT y DIFFERS from the expected one: 1 of 64 elements differ, first at (2, 3): got {want - 1}, "
+            f"want {want}") in out
+    code, out, _ = run_cli(capsys, *argv, "--inputs", str(tmp_path / "wrong.npz"), "--json")
+    rep = json.loads(out)
+    assert code == 1 and rep["matches_interpreter"] and not rep["outputs_match"]
+    assert list(rep["expected_mismatches"]) == ["y"]
 
 
 def test_round_trip_keeps_bindings_and_stream_data(routing):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from step_hdl.mapper import prepare as mapping
 from step_hdl.mapper.design import buffer_bytes
@@ -158,12 +159,27 @@ class SimRun:
             return None
         return (self.model.cycles - self.rtl.cycles) / max(1, self.rtl.cycles)
 
+    @property
+    def expected_mismatches(self) -> dict[str, str]:
+        """How the RTL's outputs differ from the workload's expected ones (a graph file's ``expected.<tensor>``,
+        a built-in workload's numpy reference), as :meth:`Workload.mismatches` says for ``run``; empty if they
+        match. The RTL is also checked against the interpreter (``rtl.mismatches``): the two differ when the
+        expected outputs do not come from this graph."""
+        return self.workload.mismatches(SimpleNamespace(memory=self.rtl.outputs))
+
+    @property
+    def outputs_match(self) -> bool:
+        """The RTL finished, matches the interpreter bit for bit and the workload's expected outputs."""
+        return self.rtl.outputs_match and not self.expected_mismatches
+
     def record(self) -> dict:
         """The run as plain data: the RTL's result (cycles, outputs checked, traffic, bandwidth, utilization,
         problems) with the tile, the interpreter's off-chip bytes, the buffers' bytes, each tile pool's plan
         beside its measured peak and, with the model, its cycles, error, the cycle bound and its wall time."""
         prep, design = self.prepared, self.prepared.design
         out = {"tile": design.fabric.tile, **self.rtl.to_json(design, self.dram),
+               "outputs_match": self.outputs_match, "matches_interpreter": self.rtl.outputs_match,
+               "expected_mismatches": self.expected_mismatches,
                "reference_offchip_bytes": prep.reference_bytes, "buffer_bytes": buffer_bytes(design)}
         for plan in prep.program.pools:     # the mapper's bound and this program's need beside the measured peak
             out["pools"][plan["name"]] = {**plan, **out["pools"][plan["name"]]}

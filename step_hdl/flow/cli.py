@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from types import SimpleNamespace
 
 from step_hdl.errors import StepError, check_writable
 from step_hdl.workloads.registry import WORKLOADS, build
@@ -177,7 +178,7 @@ def cmd_model(args) -> int:
     report = {"workload": _label(args), "params": _params_of(args), "phys_tile": fabric.tile, "dram": args.dram,
               **res.to_dict(), "wall_s": round(wall, 3)}
     if args.values:
-        bad = w.mismatches(type("R", (), {"memory": res.memory})())
+        bad = w.mismatches(SimpleNamespace(memory=res.memory))
         report["outputs_match"] = not bad
     if args.json:
         print(json.dumps(report, indent=1))
@@ -281,8 +282,12 @@ def cmd_sim(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
     else:
+        expected = report["expected_mismatches"]
         print(f"{_label(args)}: {res.cycles:,} cycles ({args.backend}), outputs "
-              f"{'match the interpreter' if res.outputs_match else 'DIFFER: ' + '; '.join(res.mismatches.values())}")
+              f"{'match the interpreter' if res.outputs_match else 'DIFFER: ' + '; '.join(res.mismatches.values())}"
+              + (" and the expected outputs" if not expected else ""))
+        for name, why in expected.items():
+            print(f"  OUTPUT {name} DIFFERS from the expected one: {why}")
         print(f"  off-chip bytes {res.offchip_bytes:,} (interpreter {prep.reference_bytes:,}), bandwidth "
               f"{report['bandwidth_fraction']:.3f} of the '{args.dram}' bound; sim {res.wall_s:.1f} s, "
               f"build {res.build_s:.1f} s")
@@ -304,7 +309,7 @@ def cmd_sim(args) -> int:
                   f"{pool['rows_bound']} rows, this one needs {pool['need_pages']}); peak {pool['peak']} in use")
         for problem in res.problems:
             print(f"  PROBLEM: {problem}")
-    return 0 if res.outputs_match else 1
+    return 0 if run.outputs_match else 1
 
 
 def cmd_draw(args) -> int:

@@ -59,8 +59,9 @@ class Workload:
             elif self.dtype.is_int:
                 if not np.array_equal(got, want):
                     diff = np.argwhere(got != want)
-                    bad[name] = (f"{len(diff)} of {want.size} elements differ, first at {tuple(diff[0])}: "
-                                 f"got {got[tuple(diff[0])]}, want {want[tuple(diff[0])]}")
+                    at = tuple(int(i) for i in diff[0])
+                    bad[name] = (f"{len(diff)} of {want.size} elements differ, first at {at}: "
+                                 f"got {got[at]}, want {want[at]}")
             else:
                 acc = self.accuracy(result)[name]
                 if not acc["max_rel_error"] <= acc["budget"]:
