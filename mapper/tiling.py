@@ -701,7 +701,7 @@ class _Lowering:
         t = node.t("in0").dtype
         pr, _, _, cb = self.phys(t, where)
         if f.name == "row_sum" and not t.dtype.is_int and cb != 1:
-            self._float_sum_refused(where, t, "columns")
+            return self._float_row_sum(node, tiles_in, t, pr, where)
         pieces = self.g.map(tiles_in, f, name=node.name if cb == 1 else f"{node.name}_tiles")
         if cb == 1:
             return pieces
@@ -711,6 +711,22 @@ class _Lowering:
                            name=f"{node.name}_cols")
         return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node,
                              self._keeps_accum_type(node, acc_dt))
+
+    def _float_row_sum(self, node, tiles_in, t, pr, where):
+        """A float ``row_sum`` along a block row of ``cb`` physical tiles: each tile's group sums
+        (``row_group_sums``, ``[pr, P/4]`` fp32), added one after another to an fp32 running sum (Accum
+        ``add_groups``) and rounded once to the node's format: the logical row's fixed-order sum bit for bit
+        (:mod:`step_hdl.floats`), as a float matmul split over tiles is. Every tile must hold whole groups."""
+        if self.P % GROUP:
+            raise TilingError(f"{where}: a {t.dtype} sum over the columns of {t} spans several {self.P}x{self.P} "
+                              f"physical tiles, whose {self.P} columns are not whole groups of {GROUP} terms of the "
+                              f"fixed-order float sum (docs/floats.md); map it on a physical tile that is a "
+                              f"multiple of {GROUP}, or give the row_sum at most {self.P} columns")
+        groups = self.g.map(tiles_in, fn("row_group_sums"), name=f"{node.name}_groups")
+        acc = self.g.accum(groups, "add_groups", fn("zeros", rows=pr, cols=1, dtype="fp32"), rank=1,
+                           name=f"{node.name}_cols")
+        keep = self._keeps_accum_type(node, "fp32")
+        return self._as_type(self.g.reshape(acc, 0, 1, name=node.name), node, keep)
 
     def _float_sum_refused(self, where, t, what):
         """A float sum over several physical pieces one piece at a time (a sum down row tiles, along a

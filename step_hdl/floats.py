@@ -303,6 +303,14 @@ def matmul_groups(a, b) -> np.ndarray:
     return _group_sums(prods.reshape(m, n, -1, GROUP).reshape(m, n, -1)).reshape(m, -1)
 
 
+def row_group_sums(a) -> np.ndarray:
+    """The group sums along each row of ``a`` (``[r, c]``): ``[r, ceil(c / 4)]`` fp32, element ``(i, g)`` the sum
+    ``(t0 + t1) + (t2 + t3)`` of group ``g`` of row ``i`` (the last group padded with zeros). A row sum split
+    over physical tiles of ``c`` a multiple of 4 hands these to the running sum (:func:`add_groups`), which
+    is :func:`reduce_sum` exactly."""
+    return _group_sums(_padded(np.asarray(a, np.float32)))
+
+
 def add_groups(acc, groups, fmt: Format = FP32) -> np.ndarray:
     """``acc`` (``[r, c]``) plus the group sums ``groups`` (``[r, c · G]``, the ``G`` of element ``(i, j)`` at
     ``j·G .. j·G + G - 1``) in order, each addition rounded to ``fmt``."""

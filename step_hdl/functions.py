@@ -19,6 +19,7 @@ function            arity  operands -> result          notes
 ``requantize``      1      int -> ``dtype``            arithmetic right ``shift``, then saturate
 ``row_sum``         1      ``[R,C] -> [R,1]``          int32 for integer tiles
 ``row_max``         1      ``[R,C] -> [R,1]``          same type
+``row_group_sums``  1      ``[R,C] -> [R,⌈C/4⌉]``      float: the fixed-order sum's groups, fp32
 ``col_sum``         1      ``[R,C] -> [1,C]``          int32 for integer tiles
 ``col_max``         1      ``[R,C] -> [1,C]``          same type
 ==================  =====  ==========================  ============================================
@@ -625,6 +626,29 @@ class RowSum(_AxisReduce):
     """Row-wise sum: ``[R, C] -> [R, 1]`` (int32 for integer tiles)."""
 
     name = "row_sum"
+
+
+@_register
+class RowGroupSums(_Unary):
+    """The fixed-order float sum's group sums along each row: ``[R, C]`` float -> ``[R, ceil(C / 4)]`` fp32,
+    each ``(t0 + t1) + (t2 + t3)`` of four consecutive elements (:func:`step_hdl.floats.row_group_sums`).
+    An Accum ``add_groups`` adds them to a running sum: how a float ``row_sum`` wider than the physical tile
+    is lowered, bit for bit the logical sum."""
+
+    name = "row_group_sums"
+
+    def out_type(self, f, a):
+        a = _tile(a, f)
+        if a.dtype.is_int:
+            raise StepTypeError(f"function {f} takes float tiles, got {a.dtype} (integer row sums are exact: "
+                                f"row_sum)")
+        return Tile(dtype("fp32"), a.rows, sympy.ceiling(as_dim(a.cols) / floats.GROUP))
+
+    def apply(self, f, a):
+        return self.apply_float(f, floats.FP32, a)
+
+    def apply_float(self, f, fmt, a):
+        return floats.row_group_sums(a)
 
 
 @_register

@@ -80,14 +80,64 @@ def test_a_float_column_sum_of_packed_rows_is_the_fixed_order_sum():
     assert np.array_equal(_bits(got), _bits(want))
 
 
-@pytest.mark.parametrize("P, f, what", [(16, "col_sum", "rows"), (4, "row_sum", "columns")])
-def test_a_float_sum_that_adds_a_piece_at_a_time_is_refused_by_name(P, f, what):
-    """A column sum of 16-row blocks (four groups each) or a row sum across a block row would add a piece at a
-    time, not the fixed order: refused, not computed otherwise."""
+def test_a_float_column_sum_that_adds_a_piece_at_a_time_is_refused_by_name():
+    """A column sum of 16-row blocks (four groups each) would add a piece at a time, not the fixed order:
+    refused, not computed otherwise."""
     from step_hdl.mapper.tiling import tile_physical
-    with pytest.raises(TilingError, match=f"Map 's': a bf16 sum over the {what} of bf16\\[.*\\] spans several "
-                                          f"physical tiles"):
-        tile_physical(_colsum_graph(32 if f == "col_sum" else 4, f, cols=max(8, P)), P)
+    with pytest.raises(TilingError, match="Map 's': a bf16 sum over the rows of bf16\\[.*\\] spans several "
+                                          "physical tiles"):
+        tile_physical(_colsum_graph(32, "col_sum", cols=16), 16)
+
+
+def _row_sum_workload(rows, cols, dt, out_dt=None, seed=3):
+    """``y = row_sum(x)`` of ``[rows, cols]`` tiles whose terms span six binades: a sum in another order than
+    the fixed one rounds differently."""
+    from step_hdl import Graph, floats
+    from step_hdl.flow import workload
+    from step_hdl.functions import fn
+    g = Graph("row_sum")
+    g.tensor("x", 2 * rows, cols, dt)
+    g.tensor("y", 2 * rows, 1, out_dt or dt)
+    x = g.load("x", tile=(rows, cols), out_shape=[2], stride=[1], name="load_x")
+    y = g.map(x, fn("row_sum", dtype=out_dt) if out_dt else "row_sum", name="s")
+    g.store(y, "y", tile=(rows, 1), name="store_y")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2 * rows, cols)) * np.exp2(rng.integers(-10, 10, (2 * rows, cols)))
+    return workload(g, {"x": floats.round_to(x, floats.fmt_of(dt)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("P, cols, dt, out_dt", [(4, 16, "bf16", None), (4, 12, "fp32", None), (8, 32, "bf16", "fp32"),
+                                                 (16, 32, "bf16", "fp32"), (16, 64, "fp32", None)])
+def test_a_float_row_sum_wider_than_the_tile_is_the_fixed_order_sum(P, cols, dt, out_dt):
+    """Each physical tile's group sums (row_group_sums) added to an fp32 running sum (Accum add_groups) and
+    rounded once: the logical row sum bit for bit, on every pass. Beyond one group per tile (P > 4) the data
+    tell this order from adding each tile's own row sum to the running sum, so a wrong order would fail."""
+    from step_hdl import floats
+    w = _row_sum_workload(4, cols, dt, out_dt)
+    lo = lower(w, P, check_passes=True)
+    assert lo.graph.nodes["s_groups"].out_types["out"].dtype.cols == P // 4
+    if P > 4:
+        x = w.tensors["x"]
+        per_tile = np.zeros(x.shape[0], np.float32)
+        for c in range(0, cols, P):
+            per_tile = floats.add(per_tile, floats.fp32_sum(x[:, c:c + P]), floats.FP32)
+        assert not np.array_equal(_bits(floats.round_to(per_tile, floats.fmt_of(out_dt or dt))),
+                                  _bits(w.run().memory["y"][:, 0]))
+
+
+def test_a_float_row_sum_wider_than_the_tile_bit_exact_in_rtl():
+    w = _row_sum_workload(4, 16, "bf16")
+    prep = prepare(w, 4)
+    assert {u.name: u.cls for u in prep.design.units}["s_cols"] == "Accum"
+    _check(w, run_rtl(prep, "amaranth"))
+
+
+def test_a_float_row_sum_across_tiles_of_partial_groups_is_refused_by_name():
+    """On 2x2 tiles a group of four terms spans two tiles: refused with what to change."""
+    from step_hdl.mapper.tiling import tile_physical
+    with pytest.raises(TilingError, match="Map 's': a bf16 sum over the columns of bf16\\[4,8\\] spans several "
+                                          "2x2 physical tiles, whose 2 columns are not whole groups of 4 terms"):
+        tile_physical(_row_sum_workload(4, 8, "bf16").graph, 2)
 
 
 def test_bf16_gqa_dynamic_parallelization_small_on_amaranth():

@@ -24,6 +24,9 @@ function        arity  operands -> result              registers (per program)  
 ``affine``      1      int -> int32                    ``scale``, ``offset`` (int32)   ``R·C`` (32x32)
 ==============  =====  ==============================  ==============================  =====================
 
+``row_group_sums`` (float ``[R,C]`` -> ``[R,⌈C/4⌉]`` fp32 group sums, no registers, no multipliers) is
+what a float row sum wider than the physical tile adds to its running sum.
+
 All are purely combinational (a unit registers the result); matmul and the
 row/column sums use balanced adder trees (depth ``ceil(log2 K)``). Multipliers are
 counted per build (:attr:`MapParams.multipliers`); a folded matmul
@@ -656,6 +659,23 @@ class RowMax(_AxisReduce):
     name, is_sum = "row_max", False
 
 
+class RowGroupSums(HwFn):
+    """The group sums along each row of a float tile (``units.floats.group_sum`` of each four elements, the
+    last padded with zeros): what a float row sum wider than the physical tile adds to its running sum."""
+
+    name = "row_group_sums"
+    float_formats = ("bf16", "fp32")
+
+    def build(self, m, a, b, out, regs):
+        fa, zero = fmt(a), Const(0, 32)
+        res = []
+        for r in range(a.rows):
+            line = [hf.convert(m, a.elems[r * a.cols + c], fa, FP32) for c in range(a.cols)]
+            line += [zero] * (-len(line) % GROUP)
+            res += [hf.group_sum(m, line[k:k + GROUP]) for k in range(0, len(line), GROUP)]
+        return res
+
+
 class ColSum(_AxisReduce):
     name, axis = "col_sum", 0
 
@@ -701,7 +721,8 @@ class Affine(HwFn):
 
 
 HW_FUNCTIONS: dict[str, HwFn] = {c.name: c() for c in (Add, Sub, Mul, Max, Div, MatMul, Requantize, Relu, Silu,
-                                                        Exp, RowSum, RowMax, ColSum, ColMax, Convert, Affine)}
+                                                        Exp, RowSum, RowMax, RowGroupSums, ColSum, ColMax,
+                                                        Convert, Affine)}
 
 
 def hw_fn(owner: str, name: str, matmul_transpose_a: bool | None = None, matmul_groups: bool = False) -> HwFn:

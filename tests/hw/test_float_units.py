@@ -57,6 +57,15 @@ def test_map_float_unary(sim_backend, f, dt, out):
     check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn=f, n=1), backend=sim_backend)
 
 
+@pytest.mark.parametrize("cols, dt", [(8, "bf16"), (6, "fp32")])
+def test_map_float_row_group_sums(sim_backend, cols, dt):
+    """Each row's group sums side by side (``[4, ceil(cols / 4)]`` fp32), the last group padded with zeros."""
+    unit = Map(MapParams(rows=4, cols=cols, dtype=dt, fns=("row_group_sums",), max_rank=2))
+    assert unit.params.out_tile == Tile("fp32", 4, -(-cols // 4))
+    st, toks = fstream(np.random.default_rng(cols), Tile(dt, 4, cols), "rank2")
+    check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn="row_group_sums", n=1), backend=sim_backend)
+
+
 @pytest.mark.parametrize("f, out", [(fn("matmul"), None), (fn("matmul", dtype="fp32"), "fp32"),
                                     (fn("matmul", transpose_b=True), None), (fn("matmul", groups=True), None)],
                          ids=str)
