@@ -57,12 +57,18 @@ their ranks shifted by the two block dimensions:
 * a ``ref`` stream of logical tiles (an off-chip load per logical tile)
   becomes one token per logical tile (an Accum over the two block dims);
 * an element-wise function with a ``[1, 1]`` second operand repeats that
-  operand along the row; with a ``[1, C]`` second operand over ``N`` rows
-  (softmax's ``s - col_max(s)``) the rows are buffered whole until the
-  operand is there, then replayed with the operand re-read once per row;
+  operand along a single row; with a ``[1, C]`` (a norm's gamma, softmax's
+  ``s - col_max(s)``) or ``[1, 1]`` second operand over any other block the
+  block is buffered whole until the operand is there, then replayed with the
+  operand re-read once per block row;
+* Expand of tiles buffers each logical tile's block and replays it once per
+  element of the ``ref``'s inner dims (a Streamify with a ``ref``);
+* a matmul operand may have a side of 1 (a ``[K, 1]`` vector: ``[P, 1]``
+  physical pieces);
 * ``row_max``/``row_sum`` reduce each physical tile to a ``[pr, 1]`` column
   piece (``[P, 1]``, or ``[1, 1]`` for row tiles) and combine a block row's
-  pieces with an Accum; ``col_max``/``col_sum`` reduce each ``P x P`` tile to
+  pieces with an Accum (a float sum: each tile's group sums, ``row_group_sums``,
+  added to an fp32 running sum, Accum ``add_groups``); ``col_max``/``col_sum`` reduce each ``P x P`` tile to
   a ``[1, P]`` row (row tiles already are one) and accumulate down the block
   keeping its column positions (Accum ``keep=1``). Their int32 state is cast
   back (requantize by 0, exact) to the logical type of a ``max`` unless every
@@ -271,13 +277,14 @@ def _accum_dtype(tile: Tile) -> str:
 
 
 def _blocks(tile: Tile, P: int, where: str) -> tuple[int, int]:
-    """Blocks of a logical tile that must be whole ``P x P`` physical tiles."""
+    """Blocks of a matmul operand's logical tile: whole ``P x P`` physical tiles, or a side of 1 (a ``[K, 1]``
+    column, a ``[1, K]`` row: ``[P, 1]`` or ``[1, P]`` physical pieces, as :func:`physical_shape` cuts it)."""
     r = _static(tile.rows, "tile rows", where)
     c = _static(tile.cols, "tile cols", where)
-    if r % P or c % P:
+    if (r % P and r != 1) or (c % P and c != 1):
         raise TilingError(f"{where}: logical tile [{r}, {c}] is not a multiple of the physical tile {P}x{P} "
-                          f"(partial physical tiles are not supported here)")
-    return r // P, c // P
+                          f"(a matmul's operands are whole physical tiles, or a side of 1)")
+    return max(1, r // P), max(1, c // P)
 
 
 class _Lowering:
@@ -524,6 +531,24 @@ class _Lowering:
         buf = self.g.bufferize(self.ref(node.inputs["in"]), 2, name=f"{node.name}_buf")
         self.out(node, "out", self.g.streamify(buf, repeat=node.p("count"), name=node.name))
 
+    def _Expand(self, node):
+        """Each element of ``in`` repeated over the ``ref``'s inner ``rank`` dims. Tiles: each logical tile's
+        block of physical tiles is buffered and replayed once per element of those dims (Bufferize, and a
+        Streamify whose ``ref`` has one token per logical tile of the ``ref``: a RepeatStatic whose count the
+        ``ref`` gives); index and selector streams go to an Expand unit as they are."""
+        b = node.p("rank")
+        src, ref = self.ref(node.inputs["in"]), self.ref(node.inputs["ref"])
+        if self.blocks_of(node, "ref"):
+            ref = self.per_tile(ref, f"{node.name}_each")
+        if not self.blocks_of(node, "in"):
+            self.like(node, "in")(node, "out", self.g.expand(src, ref, rank=b, name=node.name))
+            return
+        # [O..., 1 (rank times), rb, cb]: the size-1 dims merged into the outermost, so the buffers' stream
+        # is [O...] and the ref [O..., n...] starts with it
+        flat = self.g.flatten(src, 2, 2 + b, name=f"{node.name}_outer")
+        buf = self.g.bufferize(flat, 2, name=f"{node.name}_buf")
+        self.out(node, "out", self.g.streamify(buf, ref=ref, name=node.name))
+
     def _FlatMap(self, node):
         where = f"FlatMap '{node.name}'"
         f = node.p("fn")
@@ -573,17 +598,14 @@ class _Lowering:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
         tiles = [node.t(p).dtype for p in node.input_ports()]
         phys = [self.phys_in(node, p, f"{where} port '{p}'") for p in node.input_ports()]
-        if len(tiles) == 2 and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
-                tuple(map(as_dim, (tiles[0].rows, tiles[0].cols))):
-            if phys[0][0] != 1 or phys[0][2] != 1:
-                raise TilingError(f"{where}: a [1, 1] operand broadcasts over single rows only "
-                                  f"(got {tiles[0]})")
-            # the scalar's block [1, 1] -> [1, C/P]: repeat it along the row
+        scalar = len(tiles) == 2 and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
+            tuple(map(as_dim, (tiles[0].rows, tiles[0].cols)))
+        if scalar and phys[0][0] == 1 and phys[0][2] == 1:
+            # a single row: the scalar's block [1, 1] -> [1, C/P], repeated along the row
             rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
-        elif len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows) and \
-                (phys[0][0] == 1 or self.is_counted(node, "in0")):
-            ins = self._row_broadcast(node, ins, phys)          # over row tiles, or over packed P-row blocks
+        elif scalar or (len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows)):
+            ins = self._row_broadcast(node, ins, phys)          # over any block of rows
         elif len(tiles) == 2 and as_dim(tiles[1].cols) == 1 != as_dim(tiles[0].cols) \
                 and dims_equal(tiles[0].rows, tiles[1].rows):
             # [R, C] . [R, 1] (softmax's x - row_max(x)): each [pr, 1] piece of the column repeats along
@@ -647,23 +669,29 @@ class _Lowering:
         return acc if keep else self.g.map(acc, fn("convert", dtype=out.dtype.name), name=pre)
 
     def _row_broadcast(self, node, ins, phys):
-        """``[N, C] . [1, C]`` with ``N`` rows of row tiles: the rows are buffered whole until the ``[1, C]``
-        operand is there (it usually is a reduction of the same rows: softmax's column max), then replayed
-        with that operand re-read once per row."""
+        """``[N, C] . [1, C]`` (a norm's gamma, softmax's ``s - col_max(s)``) or ``[N, C] . [1, 1]``, over any
+        block of ``rb x cb`` physical tiles (``N`` row tiles, packed ``P``-row blocks, ``P x P`` tiles): the
+        block is buffered whole until the small operand is there (it may be a reduction of the same rows),
+        then replayed with the operand's ``cb`` tiles (or its one scalar, ``cb`` times) re-read once per
+        block row; the unit broadcasts each over the tile's rows (and columns)."""
         where = f"Map '{node.name}'"
-        if phys[0][3] != 1 or phys[1][2:] != (1, 1):
-            raise TilingError(f"{where}: a [1, C] operand broadcasts over rows of one physical tile "
-                              f"(C <= {self.P}) only yet")
+        cb, vec_cb = phys[0][3], phys[1][3]
+        if phys[1][2] != 1 or vec_cb not in (1, cb) or (vec_cb == 1 and phys[1][1] not in (1, phys[0][1])):
+            raise TilingError(f"{where}: a {node.t('in1').dtype} operand does not broadcast over "
+                              f"{node.t('in0').dtype} on {self.P}x{self.P} physical tiles")
         pre = node.name
         rows_in, vec = ins
         vec_ref, vec_val = self.g.broadcast(vec, 2, name=f"{pre}_split_vec")
-        ready = self.g.flatten(vec_ref, 0, 2, name=f"{pre}_vec_ready")          # one token per [N, C] tile
+        if vec_cb == 1:
+            ready = self.g.flatten(vec_ref, 0, 2, name=f"{pre}_vec_ready")      # one token per [N, C] tile
+        else:
+            ready = self.per_tile(vec_ref, f"{pre}_vec_ready")
         rows = self.g.streamify(self.g.bufferize(rows_in, 2, name=f"{pre}_buf_rows"), ref=ready,
                                 name=f"{pre}_rows")
         rows_a, rows_b = self.g.broadcast(rows, 2, name=f"{pre}_split_rows")
         each = self.per_tile(rows_b, f"{pre}_each_row", rank=1)
         vec_rd = self.g.streamify(self.g.bufferize(vec_val, 2, name=f"{pre}_buf_vec"), ref=each,
-                                  read_shape=[1], read_stride=[1], name=f"{pre}_read_vec")
+                                  read_shape=[cb], read_stride=[1 if vec_cb == cb else 0], name=f"{pre}_read_vec")
         return [rows_a, vec_rd]
 
     def _column_reduce(self, node, tiles_in, f):

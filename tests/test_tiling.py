@@ -85,6 +85,88 @@ def test_reductions_lower_on_every_tile_shape(rows, cols, f):
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+def broadcast_graph(rows, cols, small, f, dt):
+    """Two ``[rows, cols]`` tiles of ``x`` combined by ``f`` with a ``small`` tile of ``c`` (``[1, 1]`` or
+    ``[1, cols]``: a scale or a norm's gamma) loaded once per tile from its own tensor."""
+    g = Graph(f"bcast_{rows}x{cols}_{small[0]}x{small[1]}")
+    g.tensor("x", 2 * rows, cols, dt)
+    g.tensor("c", *small, dt)
+    x = g.load("x", tile=(rows, cols), out_shape=[2, 1], stride=[1, 0], name="load_x")
+    c = g.load("c", tile=small, out_shape=[2, 1], stride=[0, 0], name="load_c")
+    y = g.map([x, c], f, name="y")
+    t = y.type.dtype
+    g.tensor("y", 2 * rows, cols, t.dtype.name)
+    g.store(y, "y", tile=(rows, cols), name="store_y")
+    return g
+
+
+@pytest.mark.parametrize("rows, cols", REDUCE_TILES)
+@pytest.mark.parametrize("small", ["scalar", "row"])
+@pytest.mark.parametrize("f, dt", [("mul", "int16"), ("add", "bf16")])
+def test_small_operands_broadcast_over_every_tile_shape(rows, cols, small, f, dt):
+    """A ``[1, 1]`` scalar or a ``[1, C]`` row combined with ``[R, C]`` tiles of any block (row tiles, P x P
+    blocks, one or several along each side): the same values as the logical graph."""
+    from step_hdl import floats
+    g = broadcast_graph(rows, cols, (1, 1) if small == "scalar" else (1, cols), f, dt)
+    rng = np.random.default_rng(rows * 100 + cols)
+    data = {n: rng.integers(-300, 300, (2 * rows if n == "x" else 1, cols if n == "x" or small == "row" else 1))
+            for n in "xc"}
+    data = {n: (v.astype(np.int16) if dt == "int16" else floats.round_to(v / 7, floats.BF16).astype(np.float32))
+            for n, v in data.items()}
+    want = run(g, data).memory["y"]
+    got = run(tile_physical(g, 4), data).memory["y"]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("a, b", [((8, 16), (16, 1)), ((6, 16), (16, 1)), ((8, 1), (1, 8)), ((1, 8), (8, 1)),
+                                  ((4, 4), (4, 1))])
+@pytest.mark.parametrize("dt", ["int16", "bf16"])
+def test_matmul_operands_with_a_side_of_one_lower(a, b, dt):
+    """A matrix-vector product (``[C, 1]`` second operand), on blocks or row tiles, and the outer product of a
+    column and a row: the same values as the logical graph."""
+    from step_hdl import floats
+    g = Graph("mv")
+    g.tensor("a", 2 * a[0], a[1], dt)
+    g.tensor("b", *b, dt)
+    x = g.load("a", tile=a, out_shape=[2], stride=[1], name="load_a")
+    v = g.load("b", tile=b, out_shape=[2], stride=[0], name="load_b")
+    y = g.map([x, v], "matmul", name="mm")
+    g.tensor("y", 2 * a[0], b[1], y.type.dtype.dtype.name)
+    g.store(y, "y", tile=(a[0], b[1]), name="store_y")
+    rng = np.random.default_rng(a[0] + b[1])
+    data = {"a": rng.integers(-100, 100, (2 * a[0], a[1])), "b": rng.integers(-100, 100, b)}
+    data = {n: (v.astype(np.int16) if dt == "int16" else floats.round_to(v / 7, floats.BF16).astype(np.float32))
+            for n, v in data.items()}
+    want = run(g, data).memory["y"]
+    got = run(tile_physical(g, 4), data).memory["y"]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("tile", [(4, 4), (8, 8), (6, 8), (1, 8)])
+@pytest.mark.parametrize("rank", [1, 2])
+def test_expand_of_tiles_lowers(tile, rank):
+    """Expand repeats each logical tile (its block of physical tiles) over the ref's inner dims."""
+    r, c = tile
+    g = Graph("expand")
+    g.tensor("x", 2 * r, c, "int16")
+    g.tensor("z", 12 * r, c, "int16")
+    g.tensor("y", 12 * r, c, "int32")
+    shape = [2, 1, 1] if rank == 2 else [2, 1]
+    x = g.load("x", tile=tile, out_shape=shape, stride=[1] + [0] * (len(shape) - 1), name="load_x")
+    zshape, zstride = ([2, 2, 3], [6, 3, 1]) if rank == 2 else ([2, 6], [6, 1])
+    z = g.load("z", tile=tile, out_shape=zshape, stride=zstride, name="load_z")
+    z1, z2 = g.broadcast(z, 2, name="split_z")
+    y = g.map([g.expand(x, z1, rank=rank, name="ex"), z2], "add", name="y")
+    g.store(y, "y", tile=tile, name="store_y")
+    rng = np.random.default_rng(r * c + rank)
+    data = {"x": rng.integers(-300, 300, (2 * r, c)).astype(np.int16),
+            "z": rng.integers(-300, 300, (12 * r, c)).astype(np.int16)}
+    want = run(g, data).memory["y"]
+    got = run(tile_physical(g, 4), data).memory["y"]
+    each_six_times = np.repeat(data["x"].reshape(2, r, c), 6, axis=0).reshape(12 * r, c)
+    assert np.array_equal(got, want) and np.array_equal(want, each_six_times + data["z"])
+
+
 def test_partial_physical_tiles_are_reported():
     w = swiglu(32, 64, 128, 16, 32, "int16")
     with pytest.raises(TilingError, match=r"logical tile \[16, 64\] is not a multiple of the physical tile 3x3"):

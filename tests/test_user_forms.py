@@ -1,0 +1,68 @@
+"""Forms a user's own programs need that the interpreter always ran, mapped and run in RTL bit for bit: a
+``[1, 1]`` scalar and a ``[1, C]`` row (a norm's gamma) broadcast over blocks of physical tiles, a
+matrix-vector product (a ``[C, 1]`` operand) and Expand of tiles. (A float row sum wider than the physical
+tile: ``tests/test_float_flow.py``.)"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from step_hdl import Graph
+from step_hdl.flow import model, prepare, run_rtl, workload
+
+RNG = np.random.default_rng(60)
+
+
+def _ints(*shape):
+    return RNG.integers(-9, 9, shape).astype(np.int16)
+
+
+def scalar_times_column():
+    g = Graph("scale_column")
+    g.tensor("x", 16, 1, "int16"), g.tensor("c", 1, 1, "int16"), g.tensor("y", 16, 1, "int32")
+    x = g.load("x", tile=(8, 1), out_shape=[2], stride=[1], name="load_x")
+    c = g.load("c", tile=(1, 1), out_shape=[2], stride=[0], name="load_c")
+    g.store(g.map([x, c], "mul", name="m"), "y", tile=(8, 1), name="store_y")
+    return g, {"x": _ints(16, 1), "c": np.array([[3]], np.int16)}
+
+
+def gamma_times_tiles():
+    g = Graph("gamma")
+    g.tensor("x", 16, 16, "int16"), g.tensor("c", 1, 16, "int16"), g.tensor("y", 16, 16, "int32")
+    x = g.load("x", tile=(8, 16), out_shape=[2], stride=[1], name="load_x")
+    c = g.load("c", tile=(1, 16), out_shape=[2], stride=[0], name="load_c")
+    g.store(g.map([x, c], "mul", name="m"), "y", tile=(8, 16), name="store_y")
+    return g, {"x": _ints(16, 16), "c": _ints(1, 16)}
+
+
+def matrix_vector():
+    g = Graph("matvec")
+    g.tensor("x", 16, 16, "int16"), g.tensor("v", 16, 1, "int16"), g.tensor("y", 16, 1, "int32")
+    x = g.load("x", tile=(8, 16), out_shape=[2], stride=[1], name="load_x")
+    v = g.load("v", tile=(16, 1), out_shape=[2], stride=[0], name="load_v")
+    g.store(g.map([x, v], "matmul", name="m"), "y", tile=(8, 1), name="store_y")
+    return g, {"x": _ints(16, 16), "v": _ints(16, 1)}
+
+
+def expand_tiles():
+    g = Graph("expand")
+    g.tensor("x", 8, 4, "int16"), g.tensor("r", 24, 4, "int16"), g.tensor("y", 24, 4, "int32")
+    x = g.load("x", tile=(4, 4), out_shape=[2, 1], stride=[1, 0], name="load_x")
+    r1, r2 = g.broadcast(g.load("r", tile=(4, 4), out_shape=[2, 3], stride=[3, 1], name="load_r"), 2,
+                         name="split_r")
+    g.store(g.map([g.expand(x, r1, rank=1, name="ex"), r2], "add", name="m"), "y", tile=(4, 4), name="store_y")
+    return g, {"x": _ints(8, 4), "r": _ints(24, 4)}
+
+
+@pytest.mark.parametrize("program", [scalar_times_column, gamma_times_tiles, matrix_vector, expand_tiles],
+                         ids=lambda f: f.__name__)
+def test_user_form_maps_and_runs_bit_exact(program):
+    w = workload(*program())
+    prep = prepare(w, 4)
+    res = run_rtl(prep, "amaranth")
+    assert res.outputs_match, res.mismatches
+    assert w.mismatches(SimpleNamespace(memory=res.outputs)) == {}
+    # the model times the same lowering
+    m = model(w, lowered=prep.lowered)
+    assert abs(m.cycles / res.cycles - 1) < 0.25, (m.cycles, res.cycles)
