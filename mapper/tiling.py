@@ -598,22 +598,26 @@ class _Lowering:
             raise TilingError(f"{where}: function {f.name!r} is not supported by hierarchical tiling yet")
         tiles = [node.t(p).dtype for p in node.input_ports()]
         phys = [self.phys_in(node, p, f"{where} port '{p}'") for p in node.input_ports()]
-        scalar = len(tiles) == 2 and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
+        two = len(tiles) == 2
+        scalar = two and tuple(map(as_dim, (tiles[1].rows, tiles[1].cols))) == (1, 1) != \
             tuple(map(as_dim, (tiles[0].rows, tiles[0].cols)))
+        row = two and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows)
         if scalar and phys[0][0] == 1 and phys[0][2] == 1:
             # a single row: the scalar's block [1, 1] -> [1, C/P], repeated along the row
             rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
-        elif scalar or (len(tiles) == 2 and as_dim(tiles[1].rows) == 1 != as_dim(tiles[0].rows)):
-            ins = self._row_broadcast(node, ins, phys)          # over any block of rows
-        elif len(tiles) == 2 and as_dim(tiles[1].cols) == 1 != as_dim(tiles[0].cols) \
+        elif row and (phys[0][0] == 1 or self.is_counted(node, "in0")):
+            ins = self._row_broadcast(node, ins, phys)          # over row tiles, or over packed P-row blocks
+        elif two and as_dim(tiles[1].cols) == 1 != as_dim(tiles[0].cols) \
                 and dims_equal(tiles[0].rows, tiles[1].rows):
             # [R, C] . [R, 1] (softmax's x - row_max(x)): each [pr, 1] piece of the column repeats along
             # its block row of C/P tiles; the unit broadcasts the piece over the tile's columns
             rep = self.g.repeat(ins[1], phys[0][3], name=f"{node.name}_bcast")
             ins = [ins[0], self.g.flatten(rep, 0, 1, name=f"{node.name}_bcast_row")]
-        elif len(tiles) == 2 and all(p[2:] == (1, 1) for p in phys):
+        elif two and all(p[2:] == (1, 1) for p in phys):
             pass        # single physical tiles: the unit broadcasts a side of size 1 itself
+        elif scalar or row:
+            ins = self._row_broadcast(node, ins, phys)          # over any other block: P x P tiles
         elif len({(t.rows, t.cols) for t in tiles}) != 1:
             raise TilingError(f"{where}: broadcasting operands {sorted(map(str, tiles))} are not supported "
                               f"by hierarchical tiling yet")

@@ -34,6 +34,7 @@ def test_bf16_swiglu_bit_exact_on_amaranth():
     _check(w, run_rtl(prep, "amaranth"))
 
 
+@pytest.mark.slow      # about 2 minutes: the Python simulator on float units
 def test_bf16_moe_dynamic_small_on_amaranth():
     """Two experts, eight tokens, rows packed into blocks of 4 (one partial): the expert tiles' matmuls, the
     gate weighting and the fp32 sum of each token's experts, bit for bit."""
@@ -140,6 +141,7 @@ def test_a_float_row_sum_across_tiles_of_partial_groups_is_refused_by_name():
         tile_physical(_row_sum_workload(4, 8, "bf16").graph, 2)
 
 
+@pytest.mark.slow      # about 2 minutes: the Python simulator on float units
 def test_bf16_gqa_dynamic_parallelization_small_on_amaranth():
     """GQA decode in bf16: KV rows packed into blocks of four through the softmax, its column sums and Vᵀ·e in
     fp32 in the fixed order (each block one group, the rows past the last block's count zeros), bit for bit;

@@ -115,11 +115,11 @@ from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Context, bindings_of
 from step_hdl.mapper.latency import chain_latency
-from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROWS, row_blocks, counted_streams, in_row_blocks,
+from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROW_REDUCE, ROWS, row_blocks, counted_streams, in_row_blocks,
                                     physical_tiles, row_tiled, stream_tokens)
 from step_hdl.process import Channel, Emitter, Ports, emit_block
 from step_hdl.token import DONE, data, stop
-from step_hdl.types import Tile
+from step_hdl.types import Tile, dims_equal
 
 from .bounds import CycleBound, cycle_bound
 from .dram import Dram, DramParams
@@ -218,6 +218,7 @@ class TimedPorts(Ports):
         self.plain = not node.computes
         self.out_cut = model._node_info(node)[2]    # how the lowering cuts its output tiles' rows
         self.tail = model.stream_tail(node)
+        self.port_tail = model.port_tail(node)
         self.blocks = model.block_buffer(node)     # packing or unpacking P-row blocks: its buffer's timing
         self._pieces_of: dict = {}  # lowered tokens per payload shape
         # an index, selector, address or table record is one token, with no stop closing it as a row tile's
@@ -372,6 +373,10 @@ class TimedPorts(Ports):
         else:
             begin = self.avail if is_data and self.avail > now else now
             end = begin + cost
+            if is_data and self.load:
+                # a load streams each physical tile out as its response arrives, the last at the end: a
+                # consumer that passes pieces on starts on the first, at the latest one a cycle before
+                lead = end - self._pieces(tok) + 1
             yield ("delay", end - now)
         outs = self.outs
         need = 0 if merged else self._pieces(tok)
@@ -436,7 +441,10 @@ def _take(io, port, ch, tok, lead, end):
             # a unit that was free starts on the first piece as it arrives, though the token (a tile whose
             # rows a unit upstream passed on as they came) was only whole later
             io.first = max(lead, io.free)
-        if end > io.avail:
+        tail = io.port_tail.get(port)
+        if tail is not None and end + tail > io.avail:
+            io.avail = end + tail
+        elif end > io.avail:
             io.avail = end
         if end > io.whole and port not in io.streamed:
             io.whole = end
@@ -749,12 +757,16 @@ class Model:
             return True, {"in0"}
         if not any(map(rows_cut, types)):
             # static tiles: an element-wise map or a broadcast passes the P x P pieces of a logical tile on
-            # one by one too (the lowered stream is [..., R/P, C/P] of pieces); an operand of another shape
-            # than the output (a [1, 1] or [R, 1] one, repeated by the lowering) it needs whole
+            # one by one too (the lowered stream is [..., R/P, C/P] of pieces), and so does an [R, 1]
+            # operand's column pieces, each repeated along its block row by the lowering; a [1, 1] or [1, C]
+            # operand broadcast over a block (buffered by the lowering) it needs whole. A row reduction makes
+            # its [R, 1] column piece by piece too, each once its block row of pieces is in
+            if node.kind == "Map" and node.p("fn").name in ROW_REDUCE:
+                return True, {"in0"}
             if node.kind == "Broadcast" or (node.kind == "Map" and node.p("fn").name in ELEMENTWISE):
                 out = node.out_types[next(iter(node.out_types))].dtype
                 streamed = {p for p, t in ins.items() if isinstance(t, Tile) and isinstance(out, Tile)
-                            and (t.rows, t.cols) == (out.rows, out.cols)}
+                            and t.rows == out.rows and (t.cols == out.cols or t.cols == 1)}
                 return bool(streamed), streamed
             return False, set()
         out_rows = {st.dtype.rows for st in node.out_types.values() if isinstance(st.dtype, Tile)}
@@ -813,6 +825,24 @@ class Model:
             return 0
         kb, nb = -(-int(b.rows) // self.P), -(-int(b.cols) // self.P)
         return (4 if row_tiled(a.rows, self.P) else 3) + (nb - 1) * kb
+
+    def port_tail(self, node) -> dict:
+        """Per streamed input port, the cycles a cut-through unit's output goes on after that input's last
+        piece beyond the one it takes to pass a piece on: an ``[R, 1]`` operand's column piece is repeated
+        along its block row by the lowering (a RepeatStatic: ``C/P`` pieces, the last of them after the
+        piece), and a row reduction's Accum gives a block row's piece on the stop that closes the row (one
+        cycle after its last piece)."""
+        if node.kind != "Map" or not self.P:
+            return {}
+        f, out = node.p("fn").name, node.out_types["out"].dtype
+        ins = {p: r.type.dtype for p, r in node.inputs.items() if r is not None and isinstance(r.type.dtype, Tile)}
+        if f in ROW_REDUCE:
+            a = ins.get("in0")
+            return {"in0": 1} if a is not None and a.cols.is_Integer and int(a.cols) > self.P else {}
+        if f not in ELEMENTWISE or not isinstance(out, Tile) or not out.cols.is_Integer or int(out.cols) <= self.P:
+            return {}
+        cb = -(-int(out.cols) // self.P)
+        return {p: cb - 1 for p, t in ins.items() if dims_equal(t.cols, 1) and dims_equal(t.rows, out.rows)}
 
     def cost(self, node, tok, inputs=None) -> int:
         """Cycles to produce ``tok``; ``inputs``: the data tokens just taken per input port (their actual

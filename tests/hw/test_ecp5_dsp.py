@@ -25,7 +25,11 @@ def matmul_unit(dt, pipeline=True):
     return MatMul(MatMulParams(rows=4, cols=4, dtype=dt, max_rank=3, matmul_transpose_a=False, pipeline=pipeline))
 
 
-@pytest.mark.parametrize("dt", ["int8", "int16"])
+# Icarus on 64 block models: 50-100 s a case; the widest and the elementwise multiply in the default suite
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("dt", [pytest.param("int8", marks=SLOW), "int16"])
 def test_matmul_unit_on_registered_dsps(dt):
     """Every product of the pipelined MatMul in a block (64 of them), with random stalls on both sides:
     the tokens of the chain it stands for, and the cycles of the unit's own registers."""
@@ -40,7 +44,8 @@ def test_matmul_unit_on_registered_dsps(dt):
     assert on_dsps == plain
 
 
-@pytest.mark.parametrize("f", ["matmul", fn("matmul", transpose_a=True), "mul", "add"], ids=str)
+@pytest.mark.parametrize("f", [pytest.param(f, marks=SLOW) for f in ("matmul", fn("matmul", transpose_a=True), "add")]
+                         + ["mul"], ids=str)
 def test_map_on_registered_dsps(f):
     """A Map of every binary function (the fn register selects; the blocks load only with the selected
     function's registers): the matmul's 64 products and the elementwise multiply's 16 in the blocks, the
