@@ -37,6 +37,7 @@ def test_bound_never_exceeds_the_rtl(reduced_sweep, point):
     assert 0 < m.bound.cycles <= min(res.cycles, m.cycles), (m.bound, res.cycles, m.cycles)
 
 
+@pytest.mark.slow      # about 40 s (an RTL run)
 def test_bound_on_routed_workloads(routing):
     """MoE (per-expert loads: the busiest port) and GQA decode: the bound is below the model's cycles."""
     from step_hdl.workloads.gqa import gqa_decode

@@ -72,9 +72,9 @@ def exact():
     return get
 
 
-# the default suite (about 50 s): SwiGLU and the dynamic MoE under all three faults at once, the smallest
-# under each alone; the rest of the matrix (GQA's too: 45 s) is slow
-QUICK = [(w, "all") for w in ("swiglu", "moe-dynamic", "relu-layer")] + \
+# the default suite (about 25 s): SwiGLU under all three faults at once, the smallest under each alone; the
+# rest of the matrix (the dynamic MoE's: 100 s, GQA's: 45 s) is slow
+QUICK = [(w, "all") for w in ("swiglu", "relu-layer")] + \
     [("relu-layer", f) for f in ("hold", "jitter", "refuse")]
 CASES = [pytest.param(w, f, marks=() if (w, f) in QUICK else pytest.mark.slow, id=f"{w}-{f}")
          for w in sorted(WORKLOADS) for f in sorted(FAULTS)]

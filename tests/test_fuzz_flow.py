@@ -210,7 +210,7 @@ COMMON = dict(deadline=None, database=None, derandomize=True, print_blob=True, p
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@settings(max_examples=20, **COMMON)
+@settings(max_examples=10, **COMMON)
 @given(programs())
 def test_random_programs_bit_exact_in_rtl(p):
     check(p)

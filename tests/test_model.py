@@ -74,6 +74,7 @@ def test_reconvergent_fanout_gets_deep_fifos_and_shallow_ones_deadlock(routing):
         timed(w, 16, depths=shallow).run()
 
 
+@pytest.mark.slow      # about 60 s of full-size models
 def test_time_multiplexing_and_dynamic_parallelization_run(routing, kv_files):
     r = routing("qwen_b64")
     w = moe(r, 128, hidden=16, inter=32, tile_inter=16, dtype="int16", experts_per_region=8)

@@ -112,6 +112,7 @@ def test_spread_classes_cover_every_trace(kv_files):
     assert classes == {"low", "medium", "high"}
 
 
+@pytest.mark.slow      # about 30 s
 def test_rtl_confirm_reports_units_side_by_side():
     """``rtl_confirm.measure`` on a tiny MoE (two experts, eight tokens, Amaranth): bit-exact, and beside the
     cycles the off-chip bytes per cycle of both sides and, per unit that is one graph node, the RTL's

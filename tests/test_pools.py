@@ -129,6 +129,7 @@ def test_metrics_bound_the_dynamic_tiles(mixtral):
     assert metrics(w.graph).pools(w.graph, w.subs) == []
 
 
+@pytest.mark.slow      # two RTL runs, about 70 s (tests/test_rtl_flow.py runs a pooled MoE in the suite)
 def test_pooled_moe_in_rtl_matches_private_buffers():
     """Two experts, top-1, eight tokens (3 and 5 rows): their token tiles share a pool of 1 + 2 = 3 pages (the
     bound for any routing of 8 rows) and fill it; bit-exact, and as fast as with a private SRAM each
@@ -178,6 +179,7 @@ def test_a_buffer_of_one_tile_per_count_is_needed(mixtral):
     assert tile_pools(lower(w, 4).graph) == []
 
 
+@pytest.mark.slow      # about 40 s
 def test_a_program_that_needs_more_pages_than_its_bindings_said_waits_and_says_so():
     """Mapped with bindings of one row per expert on a pool of 2 pages (enough for those), the real routing
     (3 and 5 rows: 3 pages at once) starves: expert 1's writer waits for a page until expert 0's tile is read

@@ -52,6 +52,7 @@ def test_sampler_rows_are_the_counters_every_interval(small, sampled):
         assert (deltas[f"{u.name}.active"] + deltas[f"{u.name}.stalled"] <= np.diff(edges)).all()
 
 
+@pytest.mark.slow      # about 55 s: three back-ends
 def test_sampled_runs_agree_on_every_backend(small, sampled):
     """Verilator's sampled run: the same cycles and the same rows as the Amaranth simulator's."""
     w, prep = small

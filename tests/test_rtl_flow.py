@@ -78,6 +78,7 @@ def test_the_fabric_testbench_clock_runs_in_the_simulator(reduced_sweep, monkeyp
     assert [r["clock"] for r in raw] == ["gpi"]
 
 
+@pytest.mark.slow      # a 90 s MoE fabric build
 def test_a_fabric_build_splits_its_functions_and_compiles_its_slow_files_once(reduced_sweep, monkeypatch,
                                                                                tmp_path):
     """A fabric's Verilator build: generated functions split (sim.rtl.SPLIT_CFUNCS), the files that run once
@@ -365,6 +366,7 @@ def _moe_small_on_amaranth(unit_class, tolerance=0.10, **kw):
     _model_within(w, res, tolerance)
 
 
+@pytest.mark.slow      # about 75 s; examples/moe_static.py runs static tiles in the suite
 def test_moe_static_tiling_small_on_amaranth():
     """Static token tiles in RTL: rows padded to tiles of 3 (Reshape with padding, its flags summed per
     row), packed into one partial block of 3 rows, computed, unpacked, and the padding rows dropped (a
@@ -373,6 +375,7 @@ def test_moe_static_tiling_small_on_amaranth():
     _moe_small_on_amaranth("KeepIfZero", hidden=8, inter=8, tile_inter=8, tiling="static", tile=3)
 
 
+@pytest.mark.slow      # about 45 s
 def test_moe_static_tiles_of_p_rows_small_on_amaranth():
     """Static token tiles of P = 4 rows in RTL: each block of 4 rows buffered and re-read column block by
     column block into an Accum retile_row that packs 4x4 tiles, the matmuls on 4x4 tiles, and the output
@@ -591,7 +594,7 @@ def test_reductions_bit_exact_in_rtl(rows, cols, f):
     assert np.array_equal(res.outputs["y"], want)
 
 
-@pytest.mark.parametrize("kind", ["swiglu", "moe"])
+@pytest.mark.parametrize("kind", ["swiglu", pytest.param("moe", marks=pytest.mark.slow)])   # the MoE: 60 s
 def test_pipelined_fabric_same_results_its_latency_in_the_model(kind):
     """``Fabric.pipeline``: the compute units' function stages and the buffers' SRAM output register. The
     same program on the same fabric with and without them: bit-exact both ways; the pipelined run takes at

@@ -25,11 +25,11 @@ def matmul_unit(dt, pipeline=True):
     return MatMul(MatMulParams(rows=4, cols=4, dtype=dt, max_rank=3, matmul_transpose_a=False, pipeline=pipeline))
 
 
-# Icarus on 64 block models: 50-100 s a case; the widest and the elementwise multiply in the default suite
+# Icarus on the block models: 30-100 s a case; the default suite simulates one SiLU Map on the blocks
 SLOW = pytest.mark.slow
 
 
-@pytest.mark.parametrize("dt", [pytest.param("int8", marks=SLOW), "int16"])
+@pytest.mark.parametrize("dt", [pytest.param(d, marks=SLOW) for d in ("int8", "int16")])
 def test_matmul_unit_on_registered_dsps(dt):
     """Every product of the pipelined MatMul in a block (64 of them), with random stalls on both sides:
     the tokens of the chain it stands for, and the cycles of the unit's own registers."""
@@ -44,8 +44,8 @@ def test_matmul_unit_on_registered_dsps(dt):
     assert on_dsps == plain
 
 
-@pytest.mark.parametrize("f", [pytest.param(f, marks=SLOW) for f in ("matmul", fn("matmul", transpose_a=True), "add")]
-                         + ["mul"], ids=str)
+@pytest.mark.parametrize("f", [pytest.param(f, marks=SLOW) for f in ("matmul", fn("matmul", transpose_a=True), "add",
+                                                                    "mul")], ids=str)
 def test_map_on_registered_dsps(f):
     """A Map of every binary function (the fn register selects; the blocks load only with the selected
     function's registers): the matmul's 64 products and the elementwise multiply's 16 in the blocks, the
@@ -61,7 +61,7 @@ def test_map_on_registered_dsps(f):
     assert dsp.used == 64 + 16
 
 
-@pytest.mark.parametrize("frac", [0, 6, 14])
+@pytest.mark.parametrize("frac", [pytest.param(0, marks=SLOW), 6, pytest.param(14, marks=SLOW)])
 def test_silu_on_registered_dsps(frac):
     """The pipelined SiLU's x and h in the blocks' input registers, their products in the output registers
     (one block per element): the tokens and cycles of the unit's own registers, full-range inputs that

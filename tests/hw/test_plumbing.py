@@ -178,6 +178,7 @@ def test_verilator_optimization_level_from_the_environment(monkeypatch, tmp_path
     assert compiles and all(" -O2 " in f"{c} " and " -O3 " not in c for c in compiles)
 
 
+@pytest.mark.slow      # two builds, about 45 s
 def test_a_profile_guided_build_profiles_its_first_run_and_is_rebuilt_from_it(monkeypatch, tmp_path):
     """``$STEP_HDL_VERILATOR_OPT=pgo``: the first run is on an instrumented simulator and gives its result like
     any run; its profile then rebuilds the simulator, which the next run uses as it is, with the same tokens."""
