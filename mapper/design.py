@@ -165,6 +165,9 @@ class Program:
     tiles: dict = field(default_factory=dict)
     word_bytes: int = 0
     pools: list = field(default_factory=list)     # per tile pool: its bound, pages and this program's need
+    #: the edges built below their safe depth (a reconvergent fan-out capped at ``max_fifo_depth``): label ->
+    #: (depth built, the safe depth or None where unbounded); a deadlock names them
+    capped: dict = field(default_factory=dict)
 
 
 def buffer_bytes(design: Design) -> dict:

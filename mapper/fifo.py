@@ -90,3 +90,30 @@ def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: 
     joins = join_inputs(graph)
     return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins)
             for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}
+
+
+def capped_edges(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
+    """The edges :func:`edge_depth` builds below their safe depth (reconvergent fan-outs capped at
+    ``max_fifo_depth``): label -> (depth built, safe depth, None where it is dynamic)."""
+    joins = join_inputs(graph)
+    out = {}
+    for label, safe in fifo_depths(graph, fifo_depth, bindings).items():
+        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins)
+        if safe > built:
+            out[label] = (built, None if safe >= UNBOUNDED else safe)
+    return out
+
+
+def capped_hints(capped: dict, held) -> list[str]:
+    """For a deadlock: each edge of ``held`` (labels of channels holding tokens) that :func:`capped_edges`
+    capped, with the depth its stream needs and the fabric field that gives it."""
+    lines = []
+    for label in held:
+        if label not in capped:
+            continue
+        built, safe = capped[label]
+        need = f"needs up to {safe:,} tokens" if safe is not None else "has no static bound (a dynamic size)"
+        lines.append(f"edge {label} was built {built} deep, the fabric's max_fifo_depth (the cap on a reconvergent "
+                     f"fan-out's FIFO), and its stream {need}: a fabric file (--fabric) with \"max_fifo_depth\": "
+                     f"{safe if safe is not None else 2 * built} (or more) lifts it")
+    return lines

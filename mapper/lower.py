@@ -25,7 +25,7 @@ from step_hdl.interp import run
 
 from .binding import Binding, bind
 from .fabric import Fabric
-from .fifo import capped_depths
+from .fifo import capped_depths, capped_edges
 from .plan import offchip_layout
 from .sizing import FitFabric
 from .tiling import tile_physical
@@ -67,6 +67,12 @@ class Lowered:
         source graph's edges keep their labels, so the model reads its FIFOs here."""
         return capped_depths(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
                              {**self.bindings, **(bindings or {})})
+
+    def capped(self, bindings: dict | None = None) -> dict:
+        """The edges whose FIFO the plan builds below its safe depth
+        (:func:`~step_hdl.mapper.fifo.capped_edges`): label -> (depth built, safe depth or None)."""
+        return capped_edges(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
+                            {**self.bindings, **(bindings or {})})
 
     def layout(self, bindings: dict | None = None) -> dict | None:
         """Tensor name -> byte address where the program lays the tensor out off chip

@@ -20,7 +20,7 @@ from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
 from .design import Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
     pack_config, tile_bytes
 from .fabric import Fabric, FabricError, static_size
-from .fifo import UNBOUNDED, edge_depth, fifo_depths, join_inputs
+from .fifo import UNBOUNDED, capped_edges, edge_depth, fifo_depths, join_inputs
 from .fusion import unit_label, units as fused_units
 from .pools import check_pool, pool_pages, tile_pools
 
@@ -108,6 +108,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     built_units(design, made)
     program = configure(design, graph, bindings, tensor_order, sources)
     program.notes = notes
+    program.capped = capped_edges(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings)
     program.pools = [p.report(pool_pages(p, fabric), _entry_bytes(made[node_unit[p.buffers[0]].name]), bindings)
                      for p in pools]
     return design, program

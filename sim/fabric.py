@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 from step_hdl.errors import StepDeadlockError
 from step_hdl.sources import fingerprint
 from step_hdl.mapper.design import COUNTER_BITS, TOP_CFG_LAYOUT, Design
+from step_hdl.mapper.fifo import capped_hints
 from step_hdl.mapper.top import FabricTop
 from step_hdl.mapper.prepare import Prepared, tensor_of_words
 
@@ -253,15 +254,16 @@ def _finish(prep: Prepared, backend, status, counters, words, wall, build_s=0.0,
     problems = _problems(design, counters)
     if status != "done" and raise_on_hang:
         busy = [u.name for u in design.units if counters.get(f"{u.name}.stalled")]
+        held = {e.label: counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"] for e in design.edges
+                if counters[f"{e.label}.produced"] != counters[f"{e.label}.consumed"]}
         raise Deadlock(f"the fabric '{design.name}' stopped after {counters['cycles']} cycles ({status}): no token "
                        f"moved for {design.watchdog} cycles.\n"
                        + "".join(f"  {p}\n" for p in problems)
                        + "  channels holding undelivered tokens:\n    "
                        + ("\n    ".join(stuck) or "none (a unit waits for input that never comes)")
-                       + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}",
-                       stuck, {e.label: counters[f"{e.label}.produced"] - counters[f"{e.label}.consumed"]
-                               for e in design.edges
-                               if counters[f"{e.label}.produced"] != counters[f"{e.label}.consumed"]})
+                       + f"\n  units that were stalled at some point: {', '.join(busy[:12]) or 'none'}"
+                       + "".join(f"\n  {line}" for line in capped_hints(prep.program.capped, held)),
+                       stuck, held)
     mism, outputs, differ = {}, {}, {}
     for name, (first, n) in prep.outputs.items():
         got = outputs[name] = tensor_of_words(prep.program, name, words[name])

@@ -28,7 +28,8 @@ __all__ = ["ULPS", "accuracy", "rounding_budget"]
 #: format: a correctly rounded operation half an ulp; exp and SiLU half an ulp more than their largest
 #: distance from the correctly rounded value (1 and 2 ulps over every bf16 input); exact ones 0
 ULPS = {"add": 0.5, "sub": 0.5, "mul": 0.5, "div": 0.5, "convert": 0.5, "matmul": 0.5, "row_sum": 0.5,
-        "col_sum": 0.5, "exp": 1.5, "silu": 2.5, "max": 0.0, "relu": 0.0, "row_max": 0.0, "col_max": 0.0}
+        "col_sum": 0.5, "exp": 1.5, "silu": 2.5, "max": 0.0, "relu": 0.0, "row_max": 0.0, "col_max": 0.0,
+        "affine": 1.0}
 #: the relative precision of fp32 (an ulp of 1): each addition of a sum rounds to half of it
 _FP32_ULP = 2.0 ** -floats.FP32.man
 

@@ -47,6 +47,11 @@ class StepDeadlockError(StepRuntimeError):
         self.pending = pending
 
 
+class InputError(StepError):
+    """A program's inputs are missing or do not fit it: a tensor, a source's stream data or a binding; a graph
+    file or its inputs that cannot be read."""
+
+
 class OutputError(StepError):
     """An output path that cannot be written, or whose writing would overwrite files the user made."""
 

@@ -674,7 +674,9 @@ class ColMax(_AxisReduce):
 
 @_register
 class Affine(_Unary):
-    """Index arithmetic ``x·scale + offset`` on ``[1, 1]`` (or any) integer tiles."""
+    """``x·scale + offset``: on integer tiles (index arithmetic) exact and wrapped to int32, with integer
+    ``scale`` and ``offset``; on float tiles in the tile's format, ``scale`` and ``offset`` (numbers) rounded to
+    it first, the product rounded, then the sum (two roundings, :mod:`step_hdl.floats`)."""
 
     name = "affine"
     optional = ("scale", "offset")
@@ -684,18 +686,35 @@ class Affine(_Unary):
         params.setdefault("scale", 1)
         params.setdefault("offset", 0)
         for k in ("scale", "offset"):
-            if not isinstance(params[k], int):
-                raise StepTypeError(f"affine: {k} must be an integer, got {params[k]!r}")
+            v = params[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+                raise StepTypeError(f"affine: {k} must be a number (an integer for integer tiles), got {v!r}")
+            if isinstance(v, float) and v.is_integer():
+                params[k] = int(v)      # one spelling of a value: 2.0 is 2
         return params
 
     def out_type(self, f, a):
         a = _tile(a, f)
         if not a.dtype.is_int:
-            raise StepTypeError(f"function {f} takes integer tiles, got {a.dtype}")
+            return Tile(a.dtype, a.rows, a.cols)
+        for k in ("scale", "offset"):
+            if not isinstance(f.param(k), int):
+                raise StepTypeError(f"function {f} on {a.dtype} tiles takes an integer {k}, got {f.param(k)!r} "
+                                    f"(float constants are for float tiles)")
         return Tile(INT32, a.rows, a.cols)
 
+    def flops(self, f, a):
+        a = _tile(a, f)
+        return sympy.Integer(0) if a.dtype.is_int else 2 * a.rows * a.cols
+
     def apply(self, f, a):
+        if a.dtype.kind != "i":
+            return self.apply_float(f, floats.FP32, a)
         return wrap_int32(a.astype(np.int64) * f.param("scale") + f.param("offset"))
+
+    def apply_float(self, f, fmt, a):
+        scale, offset = (floats.round_to(np.float64(f.param(k)), fmt) for k in ("scale", "offset"))
+        return floats.add(floats.mul(floats.read(a), scale, fmt), offset, fmt)
 
 
 @_register

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import StepDeadlockError, StepRuntimeError, where
+from .errors import InputError, StepDeadlockError, StepRuntimeError, where
 from .functions import cast
 from .graph import Graph
 from .process import Channel, Ports
@@ -138,8 +138,9 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
     graph : Graph
         The program; it is validated first.
     tensors : dict
-        Initial contents of off-chip tensors (2-D arrays of the declared type).
-        Tensors not given start as zeros (their symbolic sizes must be bound).
+        Initial contents of off-chip tensors (2-D arrays of the declared type): every tensor the graph reads
+        and does not write (an :class:`~step_hdl.errors.InputError` names one not given); the others start
+        as zeros (their symbolic sizes must be bound).
     streams : dict
         Data of source nodes that read from ``data=`` keys (routing tables, lengths).
     bindings : dict
@@ -157,6 +158,7 @@ def run(graph: Graph, tensors: dict | None = None, streams: dict | None = None, 
         names the nodes that ran. A long loop of pure computation may need more.
     """
     graph.validate()
+    check_inputs(graph, tensors or {}, streams or {})
     bind = bindings_of(graph, tensors or {}, bindings or {})
     memory = Memory(graph, tensors or {})
     memory.allocate(bind)
@@ -247,13 +249,30 @@ def _deadlock(live, channels) -> StepDeadlockError:
                              blocked, pending)
 
 
+def check_inputs(graph: Graph, tensors: dict, streams: dict) -> None:
+    """An :class:`~step_hdl.errors.InputError` naming the first input of ``graph`` not given: a tensor it
+    reads and does not write, or a source's stream data (its ``data`` key)."""
+    missing = [t for t in graph.input_tensors() if t not in tensors]
+    if missing:
+        raise InputError(f"graph '{graph.name}' reads tensor(s) {', '.join(map(repr, missing))} that no array is "
+                         f"given for (given: {', '.join(map(repr, sorted(tensors))) or 'none'}; in Python "
+                         f"tensors={{{missing[0]!r}: ...}}, on the command line an array named {missing[0]!r} in "
+                         f"--inputs INPUTS.npz)")
+    for node in graph.nodes.values():
+        key = node.stream_key()
+        if key is not None and key not in streams:
+            raise InputError(f"{where(node.kind, node.name)}: no data {key!r} for the source (given: "
+                             f"{', '.join(map(repr, sorted(streams))) or 'none'}; in Python streams={{{key!r}: "
+                             f"...}}, on the command line an array named 'stream.{key}' in --inputs INPUTS.npz)")
+
+
 def bindings_of(graph: Graph, tensors: dict, user: dict) -> dict:
-    """The values of ``graph``'s dynamic sizes: the ``user``'s bindings (name or symbol -> integer) and the
-    sizes the input ``tensors``' shapes give."""
+    """The values of ``graph``'s dynamic sizes: the ``user``'s bindings (name or symbol -> integer >= 0) and
+    the sizes the input ``tensors``' shapes give."""
     bind: dict = {}
     for k, v in user.items():
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise StepRuntimeError(f"binding '{k}': expected an integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise InputError(f"binding '{k}': expected an integer >= 0 (a dynamic size), got {v!r}")
         bind[dyn(k) if isinstance(k, str) else k] = int(v)
     for name, arr in tensors.items():
         spec = graph.tensors.get(name)

@@ -73,3 +73,25 @@ def test_every_benchmark_is_listed():
 @pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
 def test_every_doc_page_is_linked_from_the_readme(page):
     assert page in README or re.sub(r"-[a-z-]+\.md$", "-*.md", page) in README, page
+
+
+def test_the_function_reference_is_the_registry():
+    """docs/functions.md is generated from the function registry: a function added, or a parameter, a docstring
+    or a FLOP rule changed without the page, fails here."""
+    from step_hdl.flow.functions_page import render
+    from step_hdl.functions import FUNCTIONS
+    page = (ROOT / "docs" / "functions.md").read_text()
+    assert page == render(), "docs/functions.md is out of date: run python -m step_hdl.flow.functions_page"
+    assert all(f"| `{name}` |" in page for name in FUNCTIONS)
+
+
+def test_every_graph_builder_method_is_in_the_language_page():
+    """docs/language.md lists each public ``Graph`` builder method with the operator it adds."""
+    import inspect
+    from step_hdl import Graph
+    page = (ROOT / "docs" / "language.md").read_text()
+    table = page.split("## Building a graph", 1)[1].split("\n## ", 1)[0]
+    skip = {"validate", "edges", "topological_order", "dumps", "from_json", "to_json", "to_dot", "stored_tensors",
+            "input_tensors", "cyclic_nodes"}
+    methods = [n for n, m in inspect.getmembers(Graph, inspect.isfunction) if not n.startswith("_") and n not in skip]
+    assert [n for n in methods if f"`g.{n}(" not in table] == []

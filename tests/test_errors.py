@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 
 from step_hdl import Graph, StreamType, Tile, fn, run
-from step_hdl.errors import (StepDeadlockError, StepError, StepGraphError, StepRuntimeError, StepShapeError,
-                             StepTypeError)
+from step_hdl.errors import (InputError, StepDeadlockError, StepError, StepGraphError, StepRuntimeError,
+                             StepShapeError, StepTypeError)
 from step_hdl.types import Index, Selector
 
-ERROR_CLASSES = (StepShapeError, StepTypeError, StepGraphError, StepRuntimeError, StepDeadlockError)
+ERROR_CLASSES = (StepShapeError, StepTypeError, StepGraphError, StepRuntimeError, StepDeadlockError, InputError)
 
 
 @dataclass
@@ -519,9 +519,25 @@ def runtime_tensor_undeclared():
 
 def runtime_symbolic_unbound():
     g = Graph("bad")
-    g.tensor("x", "R", 16, "fp32")
-    g.output(g.load("x", tile=(16, 16), out_shape=["R/16"], stride=[1], name="ld"), name="o")
+    g.tensor("x", 16, 16, "fp32")
+    g.tensor("y", "R", 16, "fp32")
+    g.store(g.load("x", tile=(16, 16), out_shape=[1], stride=[1], name="ld"), "y", tile=(16, 16), name="st")
+    run(g, {"x": np.zeros((16, 16), np.float32)})
+
+
+def runtime_input_tensor_missing():
+    g = Graph("bad")
+    g.tensor("x", 16, 16, "fp32")
+    g.output(g.load("x", tile=(16, 16), out_shape=[1], stride=[1], name="ld"), name="o")
     run(g)
+
+
+def runtime_negative_binding():
+    g = Graph("bad")
+    g.tensor("y", "R", 16, "fp32")
+    g.store(g.source(StreamType(Tile("fp32", 16, 16), (1,)), values=[np.zeros((16, 16), np.float32)], name="s"),
+            "y", tile=(16, 16), name="st")
+    run(g, bindings={"R": -16})
 
 
 def runtime_missing_data():
@@ -541,7 +557,7 @@ def runtime_address_range():
     g.tensor("x", 64, 16, "fp32")
     addr = g.index_source(values=[0, 1, 7], name="addr")
     g.output(g.random_load(addr, "x", tile=(16, 16), name="gather_rows"), name="o")
-    run(g)
+    run(g, {"x": np.zeros((64, 16), np.float32)})
 
 
 def runtime_reshape_dynamic():
@@ -582,7 +598,7 @@ def deadlock_graph():
 
 
 def runtime_deadlock():
-    run(deadlock_graph())
+    run(deadlock_graph(), {"x": np.zeros((64, 16), np.float32)})
 
 
 def livelock_graph():
@@ -600,7 +616,7 @@ def livelock_graph():
 
 
 def runtime_livelock():
-    run(livelock_graph(), max_idle_steps=20_000)
+    run(livelock_graph(), {"x": np.zeros((4, 4), np.int16)}, max_idle_steps=20_000)
 
 
 # --------------------------------------------------------------------------- library bugs (xfail)
@@ -721,7 +737,7 @@ def runtime_selector_data_str():
 
 
 def runtime_binding_not_int():
-    _run_vec(bindings={"B": "sixty-four"})
+    _run_vec(tensors={"x": np.zeros((64, 16), np.float32)}, bindings={"B": "sixty-four"})
 
 
 # --------------------------------------------------------------------------- the table
@@ -729,7 +745,8 @@ def runtime_binding_not_int():
 CASES = [
     # rank too high
     Case("accum-rank", accum_rank, StepShapeError,
-         ("Accum 'down_proj'", "rank 2 > input rank 1", "input 'in' has shape [4, 4]"), ("Accum", "down_proj")),
+         ("Accum 'down_proj'", "rank 2 > input rank 1", "input 'in' has shape [4, 4]; a stream's rank is its "
+                                "number of dimensions less one: [N] is rank 0, [B, N] rank 1"), ("Accum", "down_proj")),
     Case("scan-rank", scan_rank, StepShapeError, ("Scan 'prefix'", "rank 1 > input rank 0", "input 'in'"),
          ("Scan", "prefix")),
     Case("bufferize-rank", bufferize_rank, StepShapeError, ("Bufferize 'kv_buf'", "rank 2 > input rank 1"),
@@ -890,9 +907,14 @@ CASES = [
     Case("runtime-tensor-undeclared", runtime_tensor_undeclared, StepRuntimeError,
          ("tensor 'w' given but not declared",)),
     Case("runtime-symbolic-size-unbound", runtime_symbolic_unbound, StepRuntimeError,
-         ("off-chip tensor 'x' has symbolic shape [R, 16]", "bindings")),
-    Case("runtime-missing-source-data", runtime_missing_data, StepRuntimeError,
-         ("IndexSource 'ids'", "no input data 'token_ids'", "streams="), ("IndexSource", "ids")),
+         ("off-chip tensor 'y' has symbolic shape [R, 16]", "bindings")),
+    Case("runtime-input-tensor-missing", runtime_input_tensor_missing, InputError,
+         ("graph 'bad' reads tensor(s) 'x' that no array is given for", "tensors={'x': ...}")),
+    Case("runtime-negative-binding", runtime_negative_binding, InputError,
+         ("binding 'R': expected an integer >= 0 (a dynamic size), got -16",)),
+    Case("runtime-missing-source-data", runtime_missing_data, InputError,
+         ("IndexSource 'ids'", "no data 'token_ids' for the source", "streams={'token_ids': ...}",
+          "'stream.token_ids'"), ("IndexSource", "ids")),
     Case("runtime-selector-out-of-range", runtime_selector_range, StepRuntimeError,
          ("SelectorSource 'route'", "choice 5 of element 1 out of range for 2 outputs"), ("SelectorSource", "route")),
     Case("runtime-address-out-of-range", runtime_address_range, StepRuntimeError,
@@ -955,7 +977,8 @@ CASES = [
          ("IndexSource", "ids")),
     Case("runtime-selector-data-str", runtime_selector_data_str, StepRuntimeError, ("SelectorSource 'route'",),
          ("SelectorSource", "route")),
-    Case("runtime-binding-not-int", runtime_binding_not_int, StepRuntimeError, ("'B'",)),
+    Case("runtime-binding-not-int", runtime_binding_not_int, InputError,
+         ("binding 'B': expected an integer >= 0 (a dynamic size), got 'sixty-four'",)),
 ]
 
 GOOD = [c for c in CASES if c.bug is None]
@@ -1019,7 +1042,8 @@ GRAPH_WIDE = {"cycle-without-merge", "runtime-deadlock", "runtime-livelock"}
 # node's kind is what is wrong (unknown operator: the message names the node instead)
 NO_NODE = {"duplicate-tensor", "unknown-element-type", "negative-dimension", "json-unknown-operator",
            "json-unknown-element-type", "runtime-tensor-dtype", "runtime-tensor-shape",
-           "runtime-tensor-undeclared", "runtime-symbolic-size-unbound",
+           "runtime-tensor-undeclared", "runtime-symbolic-size-unbound", "runtime-input-tensor-missing",
+           "runtime-negative-binding",
            # whole-graph JSON problems and run-time bindings involve no single node
            "runtime-binding-not-int", "json-nodes-not-a-list", "json-invalid-text", "json-tensor-without-dtype",
            "json-no-nodes", "json-tensor-negative-rows",
@@ -1062,7 +1086,7 @@ def test_error_classes_nonempty_messages_and_hierarchy():
 
 def test_deadlock_names_blocked_channels():
     with pytest.raises(StepDeadlockError) as info:
-        run(deadlock_graph())
+        run(deadlock_graph(), {"x": np.zeros((64, 16), np.float32)})
     exc = info.value
     blocked = " | ".join(exc.blocked)
     for channel in ("credit.out", "route.out0", "merge.sel", "merge.out"):

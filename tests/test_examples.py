@@ -25,7 +25,9 @@ def load(name):
     ("softmax", ["--cols", "32", "--tile-rows", "16"], r"^softmax 16x32: RTL [\d,]+ cycles \(amaranth\), outputs match"),
     ("moe_static", [], r"^moe 24 tokens over 4 experts \(8, 5, 8, 3 rows\), tiles of 6: \d+ units, RTL [\d,]+ cycles "
                        r"\(amaranth\), outputs match; model [\d,]+ cycles"),
-], ids=["mlp", "softmax", "softmax-16x32-rows-16", "moe_static"])
+    ("dynamic_tiles", [], r"^dynamic tiles of 2, 3, 7 rows: RTL [\d,]+ cycles \(amaranth\), outputs match; model "
+                          r"[\d,]+ cycles; tile pools: none$"),
+], ids=["mlp", "softmax", "softmax-16x32-rows-16", "moe_static", "dynamic_tiles"])
 def test_example_runs_bit_exact_and_the_model_within_10_percent(name, argv, pattern, capsys):
     assert load(name).main(argv) == 0
     out = capsys.readouterr().out.strip()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sympy
 
-from step_hdl import StepTypeError, Tile, fn
+from step_hdl import StepTypeError, Tile, floats, fn
 from step_hdl.functions import (FUNCTIONS, apply_typed, exp_fixed, round_bf16, saturate, silu_fixed,
                                 wrap_int32)
 from step_hdl.types import dtype
@@ -306,8 +306,29 @@ def test_float_matmul_split_into_group_sums_is_the_whole_matmul():
      "is not [rows, G · cols] group sums of the state"),
     (lambda: fn("add_groups").spec.out_type(fn("add_groups"), Tile("int32", 4, 4), Tile("int32", 4, 8)),
      "adds float group sums"),
+    (lambda: fn("affine", scale="2"), "affine: scale must be a number (an integer for integer tiles), got '2'"),
+    (lambda: fn("affine", offset=float("nan")), "affine: offset must be a number (an integer for integer tiles), "
+                                                "got nan"),
+    (lambda: fn("affine", scale=0.5).spec.out_type(fn("affine", scale=0.5), Tile("int16", 1, 1)),
+     "function affine(offset=0, scale=0.5) on int16 tiles takes an integer scale, got 0.5 (float constants are "
+     "for float tiles)"),
+    (lambda: fn("row_group_sums").spec.out_type(fn("row_group_sums"), Tile("int16", 4, 8)),
+     "function row_group_sums takes float tiles, got int16 (integer row sums are exact: row_sum)"),
 ])
 def test_float_function_errors(make, message):
     with pytest.raises(StepTypeError) as exc:
         make()
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_float_affine_rounds_the_constants_the_product_and_the_sum(dt):
+    """``x·scale + offset`` on float tiles: the constants in the tile's format, two roundings; the FLOPs."""
+    fmt = floats.fmt_of(dt)
+    x = floats.round_to(np.random.default_rng(1).standard_normal((4, 4)) * 100, fmt).astype(np.float32)
+    f = fn("affine", scale=0.1, offset=-2.7)
+    got = apply_typed(f, Tile(dt, 4, 4), x)
+    want = floats.add(floats.mul(x, floats.round_to(0.1, fmt), fmt), floats.round_to(-2.7, fmt), fmt)
+    assert f.spec.out_type(f, Tile(dt, 4, 4)) == Tile(dt, 4, 4)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)) and f.spec.flops(f, Tile(dt, 4, 4)) == 32
+    assert np.array_equal(apply_typed(fn("affine", scale=2.0), Tile(dt, 4, 4), x), floats.mul(x, 2.0, fmt))

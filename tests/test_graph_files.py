@@ -2,6 +2,7 @@
 JSON) with their inputs (``.npz``) are accepted wherever a built-in workload is, with the same results."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -128,8 +129,9 @@ def test_graph_file_errors(capsys, tmp_path):
         ((r, "--inputs", str(tmp_path / "binding.npz")), "'binding.N' must be a non-negative integer scalar, got "
                                                          "int64 of shape \\(2,\\)"),
         ((r, "--inputs", str(tmp_path / "dtype.npz")), "off-chip tensor 'x': expected int16 \\(int16\\), got int32"),
-        ((r,), "graph 'relu_layer' reads tensor\\(s\\) 'w', 'x' that the inputs do not give \\(given: none; on the "
-               "command line: --inputs INPUTS.npz\\)"),
+        ((r,), "InputError: graph 'relu_layer' reads tensor\\(s\\) 'x', 'w' that no array is given for \\(given: "
+               "none; in Python tensors=\\{'x': ...\\}, on the command line an array named 'x' in --inputs "
+               "INPUTS.npz\\)"),
     ]
     import re
     for argv, message in cases:
@@ -161,7 +163,7 @@ def test_synth_a_graph_file(capsys, tmp_path):
 def test_symbolic_metrics_need_no_inputs(capsys, exported, tmp_path, routing):
     """``metrics --symbolic`` reads the graph alone: the same expressions as the built-in workload's, and
     dynamic sizes stay symbols."""
-    graph, _ = exported
+    graph, inputs = exported
     mine = _json(capsys, "metrics", graph, "--symbolic")
     builtin = _json(capsys, "metrics", "swiglu", *SMALL_SWIGLU, "--symbolic")
     assert mine["symbolic"] == builtin["symbolic"] and mine["offchip_bytes"] == builtin["offchip_bytes"]
@@ -170,3 +172,49 @@ def test_symbolic_metrics_need_no_inputs(capsys, exported, tmp_path, routing):
     assert run_cli(capsys, "export", "moe", "--tokens", "16", "--dtype", "int16", "-o", str(moe))[0] == 0
     rep = _json(capsys, "metrics", str(moe), "--symbolic")
     assert "route_n0" in rep["symbolic"]["offchip_bytes"] and rep["observed_in_run"] is False
+    # without --symbolic: the values where every size is static, a named error where some are dynamic
+    plain, given = _json(capsys, "metrics", graph), _json(capsys, "metrics", graph, "--inputs", inputs)
+    assert plain["offchip_bytes"] == given["offchip_bytes"] and plain["flops"] == given["flops"]
+    code, _out, err = run_cli(capsys, "metrics", str(moe))
+    assert code == 2 and "InputError: graph 'moe_dynamic' has dynamic sizes (route_n0, " in err
+    assert "give their values (binding.<symbol>, or the inputs that set them, in --inputs INPUTS.npz)" in err
+
+
+def _source_graph():
+    """Three [1, 4] rows from a source's stream data ``rows``, stored."""
+    from step_hdl import Graph, StreamType, Tile
+    g = Graph("rows")
+    g.tensor("y", 3, 4, "int16")
+    s = g.source(StreamType(Tile("int16", 1, 4), (3,)), data="rows", name="src")
+    g.store(s, "y", tile=(1, 4), name="store_y")
+    return g, {"rows": [np.full((1, 4), k, np.int16) for k in range(3)]}
+
+
+def test_the_api_refuses_what_the_cli_refuses():
+    """No array for an input tensor, no data for a source, a negative or non-integer binding: an InputError
+    naming it, from the interpreter itself (not a run on zeros, not numpy's error)."""
+    from step_hdl import run
+    g, t = relu_layer()
+    with pytest.raises(InputError, match="graph 'relu_layer' reads tensor\\(s\\) 'w' that no array is given for "
+                                         "\\(given: 'x'; in Python tensors=\\{'w': ...\\}"):
+        run(g, {"x": t["x"]})
+    g, streams = _source_graph()
+    assert np.array_equal(run(g, {}, streams).memory["y"][2], [2] * 4)
+    with pytest.raises(InputError, match="StreamSource 'src': no data 'rows' for the source \\(given: none; in "
+                                         "Python streams=\\{'rows': ...\\}, on the command line an array named "
+                                         "'stream.rows' in --inputs INPUTS.npz\\)"):
+        run(g, {}, {})
+    for bad in (-1, 2.5, "4"):
+        with pytest.raises(InputError, match=f"binding 'N': expected an integer >= 0 \\(a dynamic size\\), got "
+                                             f"{re.escape(repr(bad))}"):
+            run(g, {}, streams, bindings={"N": bad})
+
+
+def test_a_source_without_its_stream_data_in_the_inputs_is_named(capsys, tmp_path):
+    g, streams = _source_graph()
+    save_workload(workload(g, {}, streams), tmp_path / "g.json", tmp_path / "g.npz")
+    data = {k: v for k, v in np.load(tmp_path / "g.npz").items() if k != "stream.rows"}
+    np.savez(tmp_path / "no_rows.npz", **data)
+    code, _, err = run_cli(capsys, "run", str(tmp_path / "g.json"), "--inputs", str(tmp_path / "no_rows.npz"))
+    assert code == 2 and "InputError: StreamSource 'src': no data 'rows' for the source" in err
+    assert "an array named 'stream.rows' in --inputs INPUTS.npz" in err and "Traceback" not in err

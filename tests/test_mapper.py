@@ -27,6 +27,11 @@ def test_fabric_json_round_trip_and_validation():
             Fabric(**bad)
     with pytest.raises(FabricError, match=r"unknown field\(s\) \['tiles'\]"):
         Fabric.from_json('{"tiles": 4}')
+    # a JSON value of the wrong kind is named, not taken apart (a list of units, text for a list)
+    for bad, msg in [('{"units": [1, 2]}', r"^fabric: units must be an object \(a mapping\), got \(1, 2\)$"),
+                     ('{"map_functions": "add"}', r"^fabric: map_functions must be a list, got 'add'$")]:
+        with pytest.raises(FabricError, match=msg):
+            Fabric.from_json(bad)
 
 
 def test_merge_keeps_every_field_by_its_rule():

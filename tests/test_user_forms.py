@@ -1,7 +1,7 @@
 """Forms a user's own programs need that the interpreter always ran, mapped and run in RTL bit for bit: a
 ``[1, 1]`` scalar and a ``[1, C]`` row (a norm's gamma) broadcast over blocks of physical tiles, a
-matrix-vector product (a ``[C, 1]`` operand) and Expand of tiles. (A float row sum wider than the physical
-tile: ``tests/test_float_flow.py``.)"""
+matrix-vector product (a ``[C, 1]`` operand), Expand of tiles, and float constants (``affine`` on bf16) with
+a float row sum wider than the physical tile (more of those: ``tests/test_float_flow.py``)."""
 
 from types import SimpleNamespace
 
@@ -55,7 +55,21 @@ def expand_tiles():
     return g, {"x": _ints(8, 4), "r": _ints(24, 4)}
 
 
-@pytest.mark.parametrize("program", [scalar_times_column, gamma_times_tiles, matrix_vector, expand_tiles],
+def float_scale():
+    """A bf16 tile scaled and shifted by float constants (``affine``), then its row sums over 16 columns."""
+    from step_hdl import floats
+    from step_hdl.functions import fn
+    g = Graph("float_scale")
+    g.tensor("x", 8, 16, "bf16"), g.tensor("y", 8, 16, "bf16"), g.tensor("s", 8, 1, "bf16")
+    x = g.load("x", tile=(8, 16), out_shape=[1], stride=[1], name="load_x")
+    a, b = g.broadcast(g.map(x, fn("affine", scale=0.125, offset=-1.5), name="scale"), 2, name="split")
+    g.store(a, "y", tile=(8, 16), name="store_y")
+    g.store(g.map(b, "row_sum", name="sum"), "s", tile=(8, 1), name="store_s")
+    return g, {"x": floats.round_to(RNG.standard_normal((8, 16)) * 30, floats.BF16).astype(np.float32)}
+
+
+@pytest.mark.parametrize("program", [scalar_times_column, gamma_times_tiles, matrix_vector, expand_tiles,
+                                     float_scale],
                          ids=lambda f: f.__name__)
 def test_user_form_maps_and_runs_bit_exact(program):
     w = workload(*program())

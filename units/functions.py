@@ -59,6 +59,9 @@ from __future__ import annotations
 from amaranth.hdl import Array, Const, Mux, Value, signed
 
 from step_hdl.errors import StepTypeError
+import numpy as np
+
+from step_hdl import floats as floats_ref
 from step_hdl.floats import FP32, GROUP, fmt_of
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
@@ -704,19 +707,30 @@ class Convert(HwFn):
 
 class Affine(HwFn):
     """``x·scale + offset`` wrapped to int32 (scale and offset are taken modulo 2**32, which gives
-    the same wrapped result)."""
+    the same wrapped result); on float tiles a float multiplier and adder per element
+    (``units.floats``), the constants' bits in the tile's format held in the same registers."""
 
     name = "affine"
-    regs = (Reg("scale", 32, 1, signed=True, doc="affine: scale"),
-            Reg("offset", 32, 0, signed=True, doc="affine: offset"))
+    float_formats = ("bf16", "fp32")
+    regs = (Reg("scale", 32, 1, signed=True, doc="affine: scale (a float tile's: its bits in the tile's format)"),
+            Reg("offset", 32, 0, signed=True, doc="affine: offset (a float tile's: its bits in the tile's format)"))
 
     def reg_values(self, f, a, b):
+        if not a.dtype.is_int:
+            fa = fmt(a)
+            # the constant's bit pattern in the tile's format, as a signed 32-bit register value
+            return {k: _wrap_int(int(floats_ref.to_bits(floats_ref.round_to(np.float64(f.param(k)), fa), fa)))
+                    for k in ("scale", "offset")}
         return {"scale": _wrap_int(int(f.param("scale"))), "offset": _wrap_int(int(f.param("offset")))}
 
     def multipliers(self, a, b):
         return int(a.rows) * int(a.cols)
 
     def build(self, m, a, b, out, regs):
+        if not a.tile.dtype.is_int:
+            fa = fmt(a)
+            scale, offset = regs["scale"].as_unsigned()[:fa.bits], regs["offset"].as_unsigned()[:fa.bits]
+            return [hf.add(m, hf.mul(m, x, scale, fa, fa, fa), offset, fa, fa, fa) for x in a.elems]
         return [wrap32(wrap32(x * regs["scale"]) + regs["offset"]) for x in a.elems]
 
 

@@ -76,6 +76,10 @@ def param(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, merge: st
     return dataclasses.field(default=default, metadata=meta)
 
 
+#: the container fields' types a value must have (a list is frozen into a tuple, a dict into a FrozenDict)
+_CONTAINERS = {"dict": (dict, "an object (a mapping)"), "tuple": ((list, tuple), "a list")}
+
+
 @dataclass(frozen=True)
 class Params:
     """Frozen, validated, JSON-serialisable, hashable parameters: the base of every unit's parameters and of
@@ -95,6 +99,11 @@ class Params:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            want = _CONTAINERS.get(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
+            if want is not None and not isinstance(v, want[0]):
+                # a JSON value of the wrong kind (a list for a mapping, text for a list) is named here, before
+                # a check that would take it apart
+                raise self.error(f"{self.owner}: {f.name} must be {want[1]}, got {v!r}")
             if isinstance(v, list):
                 object.__setattr__(self, f.name, tuple(v))
             elif isinstance(v, dict) and not isinstance(v, FrozenDict):

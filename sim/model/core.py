@@ -114,6 +114,7 @@ from step_hdl import ops
 from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Context, bindings_of
+from step_hdl.mapper.fifo import capped_hints
 from step_hdl.mapper.latency import chain_latency
 from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROW_REDUCE, ROWS, row_blocks, counted_streams, in_row_blocks,
                                     physical_tiles, row_tiled, stream_tokens)
@@ -672,6 +673,8 @@ class Model:
                     if d.is_Symbol:
                         bind[d] = n
         self.depths = depths or lowered.depths(bind)
+        # the FIFOs the plan caps below what their stream may hold: a deadlock names them
+        self.capped = {} if depths else lowered.capped(bind)
         self.dram = Dram(params.dram)
         self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only, lowered.layout(bind))
         self.memory.tile = params.tile
@@ -1008,7 +1011,7 @@ class Model:
                 raise StepRuntimeError(f"model stopped after {max_events} events")
         stuck = [p for p in procs if p.gen is not None]
         if stuck:
-            raise _deadlock(stuck, chans)
+            raise _deadlock(stuck, chans, self.capped)
         cycles = max([p.finish for p in procs] + [self.dram.last])
         nbytes = int(sum(self.memory.bytes_read.values()) + sum(self.memory.bytes_written.values()))
         n_matmul = sum(1 for n in g.nodes.values() if n.kind == "Map" and n.p("fn").name == "matmul")
@@ -1036,7 +1039,7 @@ def _ran_procs(ran: dict) -> str:
         (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
 
 
-def _deadlock(stuck, chans) -> StepDeadlockError:
+def _deadlock(stuck, chans, capped: dict) -> StepDeadlockError:
     blocked = []
     for p in stuck:
         kind = p.state[0] if p.state else "?"
@@ -1045,7 +1048,8 @@ def _deadlock(stuck, chans) -> StepDeadlockError:
         blocked.append(f"{p.node.kind} '{p.node.name}' waits for {what} {', '.join(waits) or '?'}")
     pending = {ch.name: len(ch.queue) for ch in chans.values() if ch.queue}
     held = ", ".join(f"{k} ({v} tokens)" for k, v in pending.items()) or "none"
-    return StepDeadlockError("model deadlock: " + "; ".join(blocked) + f". Channels holding tokens: {held}",
+    hints = "".join(f"\n  {line}" for line in capped_hints(capped, pending))
+    return StepDeadlockError("model deadlock: " + "; ".join(blocked) + f". Channels holding tokens: {held}" + hints,
                              blocked, pending)
 
 

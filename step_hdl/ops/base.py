@@ -240,7 +240,8 @@ class Op:
         r = self.t(port).rank
         if rank > r:
             raise self.shape_error(f"{what} {rank} > input rank {r} (input '{port}' has shape "
-                                   f"{self.t(port).shape_str()})", None)
+                                   f"{self.t(port).shape_str()}; a stream's rank is its number of dimensions "
+                                   f"less one: [N] is rank 0, [B, N] rank 1)", None)
         if rank < 0:
             raise self.shape_error(f"{what} must be >= 0, got {rank}")
 
@@ -279,6 +280,11 @@ class Op:
 
     def offchip_bytes(self):
         return ZERO
+
+    def stream_key(self) -> str | None:
+        """The key of the stream data (``streams`` of :func:`step_hdl.interp.run`) the node reads: a source's;
+        None for every other node."""
+        return None
 
     def onchip_bytes(self):
         return ZERO

@@ -14,6 +14,10 @@ from .base import Op, StreamRef, register
 class _Source(Op):
     inputs_spec = ()
 
+    def stream_key(self) -> str | None:
+        """The key of the stream data this source reads (``data``, or its name), None with ``values``."""
+        return None if self.p("values") is not None else self.p("data") or self.name
+
     def values(self, io):
         if self.p("values") is not None:
             return self.p("values")

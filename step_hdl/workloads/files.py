@@ -19,16 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import StepError, read_text
+from ..errors import InputError, StepError, read_text
 from ..graph import Graph
 from ..types import dtype as make_dtype
 from .base import Workload
 
 STREAM, EXPECTED, BINDING = "stream.", "expected.", "binding."
-
-
-class InputError(StepError):
-    """A graph file or its inputs cannot be read, or do not fit together."""
 
 
 def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expected: dict | None = None,
@@ -40,16 +36,12 @@ def from_graph(graph: Graph, tensors: dict, streams: dict | None = None, expecte
     those observed in that run. Integer outputs are checked bit-exactly, floating
     point ones to a relative 1e-5.
     """
-    from ..interp import run
+    from ..interp import check_inputs, run
     from ..metrics import observed_symbols
     graph.validate()
     inputs = graph.input_tensors()
-    missing = sorted(set(inputs) - set(tensors))
-    if missing:
-        raise InputError(f"graph '{graph.name}' reads tensor(s) {', '.join(map(repr, missing))} that the inputs "
-                         f"do not give (given: {', '.join(sorted(tensors)) or 'none'}; on the command line: --inputs "
-                         f"INPUTS.npz)")
     streams = dict(streams or {})
+    check_inputs(graph, tensors, streams)
     stored = graph.stored_tensors()
     if expected is not None:
         unknown = sorted(set(expected) - set(stored))

@@ -49,7 +49,8 @@ def test_map_float_elementwise(sim_backend, f, dt, dt1):
 @pytest.mark.parametrize("f, dt, out", [
     ("silu", "bf16", None), ("exp", "bf16", None), ("relu", "fp32", None), (fn("convert", dtype="bf16"), "fp32", "bf16"),
     (fn("convert", dtype="fp32"), "bf16", "fp32"), ("row_sum", "bf16", None), ("col_sum", "fp32", None),
-    ("row_max", "bf16", None), ("col_max", "bf16", None)], ids=str)
+    ("row_max", "bf16", None), ("col_max", "bf16", None), (fn("affine", scale=0.015625, offset=-1.5), "bf16", None),
+    (fn("affine", scale=-3.1, offset=0.1), "fp32", None)], ids=str)
 def test_map_float_unary(sim_backend, f, dt, out):
     name = f if isinstance(f, str) else f.name
     unit = Map(MapParams(rows=4, cols=4, dtype=dt, fns=(name,), out_dtype=out, max_rank=2))
@@ -66,9 +67,11 @@ def test_map_float_row_group_sums(sim_backend, cols, dt):
     check_unit(unit, "Map", {"in0": (st, toks)}, dict(fn="row_group_sums", n=1), backend=sim_backend)
 
 
-@pytest.mark.parametrize("f, out", [(fn("matmul"), None), (fn("matmul", dtype="fp32"), "fp32"),
-                                    (fn("matmul", transpose_b=True), None), (fn("matmul", groups=True), None)],
-                         ids=str)
+# (each 15-25 s on the Python simulator: the group sums, which the float MatMul builds on, in the default suite)
+@pytest.mark.parametrize("f, out", [pytest.param(fn("matmul"), None, marks=pytest.mark.slow),
+                                    pytest.param(fn("matmul", dtype="fp32"), "fp32", marks=pytest.mark.slow),
+                                    pytest.param(fn("matmul", transpose_b=True), None, marks=pytest.mark.slow),
+                                    (fn("matmul", groups=True), None)], ids=str)
 def test_map_float_matmul(sim_backend, f, out):
     """A single physical tile's product: summed in the fixed order and rounded once (or kept in fp32), or its
     group sums side by side."""
@@ -105,7 +108,7 @@ def group_chain_reference(inputs: dict, f, k: int) -> dict:
     return {"out": run(g, {}, {"a": inputs["in0"][1], "b": inputs["in1"][1]}).outputs["y"]}
 
 
-@pytest.mark.parametrize("inner, k, runs", [(4, 3, [2, 0, 1]), (8, 2, [1, 2])])
+@pytest.mark.parametrize("inner, k, runs", [(4, 3, [2, 0, 1]), pytest.param(8, 2, [1, 2], marks=pytest.mark.slow)])
 def test_matmul_unit_float_running_sum(sim_backend, inner, k, runs):
     """bf16 operands ``[4, inner] x [inner, 4]``, an fp32 running sum of each pair's group sums (``inner / 4``
     of them per element, added one after another): a k-run is the logical matmul's fixed-order sum."""
