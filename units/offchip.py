@@ -198,26 +198,28 @@ class _Tracker(wiring.Component):
     """
 
     def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0,
-                 writes: bool = False, event_ack: bool = False, buffered: bool = False):
+                 writes: bool = False, event_ack: bool = False, buffered: bool = False, stops: bool = True):
         self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
-        self.writes, self.event_ack, self.buffered = writes, event_ack, buffered
-        fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, "stop": sbits, "done": 1, "end": 1,
-                  "eager": 1}
+        self.writes, self.event_ack, self.buffered, self.stops = writes, event_ack, buffered, stops
+        # ``stops``: the events carry stops and block ends; a unit whose events never do (the linear store)
+        # leaves the fields out rather than driving them with constants
+        marks = {"stop": sbits, "done": 1, "end": 1, "eager": 1} if stops else {"done": 1}
+        fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, **marks}
         if writes:
             fields["wdata"] = shape.data_bits
         if event_ack:
             fields["ack"] = ack_bits
         self.ev_layout = data.StructLayout(fields)
-        self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, "stop": sbits, "done": 1,
-                                           "end": 1, "eager": 1})
+        self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, **marks})
         super().__init__({"ev": In(stream.Signature(self.ev_layout)), "o": Out(stream.Signature(self.o_layout)),
                           "mem": Out(MemPortSignature(shape))})
 
     def elaborate(self, platform):
         m = Module()
         s = self.shape
-        q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits), "stop": self.sbits, "done": 1,
-                                      "end": 1, "eager": 1})
+        marks = ("stop", "done", "end", "eager") if self.stops else ("done",)
+        q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits),
+                                      **{k: self.sbits if k == "stop" else 1 for k in marks}})
         order = fifo.SyncFIFOBuffered if self.buffered else fifo.SyncFIFO
         m.submodules.order = q = order(width=q_layout.size, depth=self.max_inflight + 2)
         m.submodules.resp = rf = fifo.SyncFIFO(width=1 if self.ack_bits else s.data_bits, depth=self.max_inflight)
@@ -242,9 +244,7 @@ class _Tracker(wiring.Component):
         ]
         w = Signal(q_layout)
         m.d.comb += [w.mem.eq(ev.payload.mem), w.ack.eq(ev.payload.ack if self.event_ack else 0),
-                     w.stop.eq(ev.payload.stop),
-                     w.done.eq(ev.payload.done), w.end.eq(ev.payload.end), w.eager.eq(ev.payload.eager),
-                     q.w_data.eq(w)]
+                     *(getattr(w, k).eq(getattr(ev.payload, k)) for k in marks), q.w_data.eq(w)]
         issued = req.valid & req.ready
         with m.If(issued):
             m.d.sync += seq.eq(seq + 1)
@@ -256,8 +256,7 @@ class _Tracker(wiring.Component):
         m.d.comb += head.eq(q.r_data)
         m.d.comb += [
             o.valid.eq(q.r_rdy & (~head.mem | rf.r_rdy)),
-            o.payload.stop.eq(head.stop), o.payload.done.eq(head.done), o.payload.end.eq(head.end),
-            o.payload.eager.eq(head.eager),
+            *(getattr(o.payload, k).eq(getattr(head, k)) for k in marks),
         ]
         with m.If(head.mem):
             m.d.comb += o.payload.payload.eq(head.ack if self.ack_bits else rf.r_data)
@@ -742,7 +741,8 @@ class LinearOffChipStore(_MemUnit):
         self.regs.elaborate(m, self.cfg)
         p = self.params
         fmt = self.token_format()
-        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=1, writes=True)
+        m.submodules.tracker = tr = _Tracker(p.port, fmt.stop_bits, p.max_inflight, ack_bits=1, writes=True,
+                                             stops=False)
         wiring.connect(m, tr.mem, wiring.flipped(self.mem))
         tok = self.i.payload
         off = Signal(p.addr_bits)
@@ -751,7 +751,7 @@ class LinearOffChipStore(_MemUnit):
         m.d.comb += self.finished.eq(fin)
         ev = tr.ev.payload
         took = self.i.valid & self.i.ready
-        m.d.comb += [ev.stop.eq(0), ev.end.eq(0), ev.eager.eq(0), tr.o.ready.eq(1)]
+        m.d.comb += tr.o.ready.eq(1)
         bw = p.burst_words
         if bw == 1:
             m.d.comb += [
