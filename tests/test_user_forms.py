@@ -18,31 +18,27 @@ def _ints(*shape):
     return RNG.integers(-9, 9, shape).astype(np.int16)
 
 
+def _with_operand(name, f, x_cols, operand, y_cols):
+    """``y = f(x, c)`` over two ``[8, x_cols]`` tiles of ``x``, with ``c`` (shape ``operand``) loaded once per
+    tile: a broadcast operand or a matmul's second operand."""
+    g = Graph(name)
+    g.tensor("x", 16, x_cols, "int16"), g.tensor("c", *operand, "int16"), g.tensor("y", 16, y_cols, "int32")
+    x = g.load("x", tile=(8, x_cols), out_shape=[2], stride=[1], name="load_x")
+    c = g.load("c", tile=operand, out_shape=[2], stride=[0], name="load_c")
+    g.store(g.map([x, c], f, name="m"), "y", tile=(8, y_cols), name="store_y")
+    return g, {"x": _ints(16, x_cols), "c": _ints(*operand)}
+
+
 def scalar_times_column():
-    g = Graph("scale_column")
-    g.tensor("x", 16, 1, "int16"), g.tensor("c", 1, 1, "int16"), g.tensor("y", 16, 1, "int32")
-    x = g.load("x", tile=(8, 1), out_shape=[2], stride=[1], name="load_x")
-    c = g.load("c", tile=(1, 1), out_shape=[2], stride=[0], name="load_c")
-    g.store(g.map([x, c], "mul", name="m"), "y", tile=(8, 1), name="store_y")
-    return g, {"x": _ints(16, 1), "c": np.array([[3]], np.int16)}
+    return _with_operand("scale_column", "mul", 1, (1, 1), 1)
 
 
 def gamma_times_tiles():
-    g = Graph("gamma")
-    g.tensor("x", 16, 16, "int16"), g.tensor("c", 1, 16, "int16"), g.tensor("y", 16, 16, "int32")
-    x = g.load("x", tile=(8, 16), out_shape=[2], stride=[1], name="load_x")
-    c = g.load("c", tile=(1, 16), out_shape=[2], stride=[0], name="load_c")
-    g.store(g.map([x, c], "mul", name="m"), "y", tile=(8, 16), name="store_y")
-    return g, {"x": _ints(16, 16), "c": _ints(1, 16)}
+    return _with_operand("gamma", "mul", 16, (1, 16), 16)
 
 
 def matrix_vector():
-    g = Graph("matvec")
-    g.tensor("x", 16, 16, "int16"), g.tensor("v", 16, 1, "int16"), g.tensor("y", 16, 1, "int32")
-    x = g.load("x", tile=(8, 16), out_shape=[2], stride=[1], name="load_x")
-    v = g.load("v", tile=(16, 1), out_shape=[2], stride=[0], name="load_v")
-    g.store(g.map([x, v], "matmul", name="m"), "y", tile=(8, 1), name="store_y")
-    return g, {"x": _ints(16, 16), "v": _ints(16, 1)}
+    return _with_operand("matvec", "matmul", 16, (16, 1), 1)
 
 
 def expand_tiles():
