@@ -9,8 +9,8 @@ command line, report and sweeps built on it. ``docs/flow.md`` is its guide.
     build(prep, "out/")                        # Verilog, configuration image, standalone testbench
 
 The package holds :mod:`.api` (those functions), :mod:`.cli` (the ``step-hdl`` command), :mod:`.report` (the
-HTML page of a run), :mod:`.compare` (the model against measured RTL cycles) and :mod:`.sweep`
-(design-space sweeps). Names are imported when first used, so the command line's parser stays cheap.
+HTML page of a run), :mod:`.compare` (the model against measured RTL cycles), :mod:`.sweep`
+(design-space sweeps) and :mod:`.functions_page` (``docs/functions.md``, generated from the function registry). Names are imported when first used, so the command line's parser stays cheap.
 """
 
 from step_hdl.lazy import lazy_exports
