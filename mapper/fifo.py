@@ -11,7 +11,9 @@ per element plus done), a safe bound; where that size is dynamic the edge gets
 ``unbounded`` depth and a note, to be sized from a simulation.
 
 :func:`edge_depth` is the depth an edge is built with: the safe bound is
-structural only up to the fabric's ``max_fifo_depth``; :func:`join_inputs` (the
+structural only up to the fabric's ``max_fifo_depth``, except where a branch
+must hold a whole chunk that another branch of its fan-out takes whole first
+(:func:`whole_chunk_edges`: ``x - sum(x)``), which gets a FIFO that holds it; :func:`join_inputs` (the
 inputs of an in-order Reassemble) get that deep FIFO too, for throughput.
 :func:`capped_depths` gives it for every edge. The plan (``mapper.plan``)
 and the approximate model (``sim.model``) both take their FIFO depths from it.
@@ -34,6 +36,51 @@ def _reach(graph: Graph, start: str, succ) -> set[str]:
                 seen.add(m)
                 todo.append(m)
     return seen
+
+
+def _chunk_held(node, stream_type, bindings) -> int | None:
+    """Elements of one chunk that ``node`` (an Accum or Bufferize) takes whole before it emits anything, when its
+    input has the shape of ``stream_type`` (the fan-out's stream, passed on element for element); None
+    otherwise or when that size is dynamic."""
+    if node.kind not in ("Accum", "Bufferize") or "in" not in node.inputs:
+        return None
+    st = node.inputs["in"].type
+    if tuple(st.shape) != tuple(stream_type.shape):
+        return None
+    # the elements that go into one output element (an Accum's sum, a Bufferize's buffer)
+    return concrete(st.elements / next(iter(node.out_types.values())).elements, bindings)
+
+
+def whole_chunk_edges(graph: Graph, bindings: dict | None = None) -> dict[str, int]:
+    """The reconvergent fan-out edges whose branch must hold a whole chunk of the stream: another branch of the
+    fan-out takes a chunk whole (an Accum or a Bufferize on the same stream: a sum over a row that every element
+    of the row then uses, as in ``x - mean(x)``) before the branches meet again, so this one holds every element
+    of that chunk meanwhile. Label -> its depth: the chunk's tokens (elements, a stop each, done)."""
+    succ: dict[str, list[str]] = {}
+    for ref, consumer, _ in graph.edges():
+        if graph.nodes[consumer].kind != "Feedback":
+            succ.setdefault(ref.node.name, []).append(consumer)
+    need: dict = {}
+    for node in graph.nodes.values():
+        if len(node.out_types) < 2:
+            continue
+        reach = {}
+        for ref in node.outputs:
+            consumer = next(c for r, c, _ in graph.edges() if r.label == ref.label)
+            reach[ref.label] = _reach(graph, consumer, succ) | {consumer}
+        held = {}
+        for label, mine in reach.items():
+            st = node.out_types[label.split(".")[1]]
+            held[label] = max([h for name in mine if (h := _chunk_held(graph.nodes[name], st, bindings)) is not None]
+                              or [0])
+        for label, mine in reach.items():
+            for other, theirs in reach.items():
+                # ``other`` holds what ``label`` takes whole beyond what ``other`` takes whole itself (two
+                # matmuls buffering the same operand take it side by side: neither holds the other up)
+                extra = held[label] - held[other]
+                if other != label and mine & theirs and extra > 0:
+                    need[other] = max(need.get(other, 0), 2 * extra + 1)
+    return need
 
 
 def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) -> dict[str, int]:
@@ -60,15 +107,24 @@ def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) ->
     return depths
 
 
-def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = False) -> int:
+#: the deepest FIFO the mapper sizes for a branch that holds a whole chunk (:func:`whole_chunk_edges`); a
+#: longer chunk keeps the fabric's ``max_fifo_depth`` and a deadlock names the edge
+MAX_CHUNK_FIFO = 1024
+
+
+def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = False, chunk: int = 0) -> int:
     """The depth an edge's FIFO is built with, from its safe depth (:func:`fifo_depths`) and whether it is
     one of :func:`join_inputs`.
 
     An ordinary edge gets the fabric's ``fifo_depth``; a reconvergent fan-out (safe depth above it) or a
     join input gets the fabric's deep FIFO, ``max_fifo_depth``, whatever its safe depth: one depth for
     every program, so a sweep shares the build. Its safe depth may be more, which the mapping report notes
-    and the watchdog catches if the paths really are unbalanced.
+    and the watchdog catches if the paths really are unbalanced; but a branch that must hold a whole chunk
+    (``chunk``: its tokens, :func:`whole_chunk_edges`) gets a FIFO that holds it, a power of two, up to
+    :data:`MAX_CHUNK_FIFO`.
     """
+    if max_fifo_depth < chunk <= MAX_CHUNK_FIFO:
+        return 1 << (chunk - 1).bit_length()
     return max_fifo_depth if join or safe > fifo_depth else fifo_depth
 
 
@@ -87,18 +143,18 @@ def join_inputs(graph: Graph) -> set[str]:
 
 def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
     """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
-    joins = join_inputs(graph)
-    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins)
+    joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
+    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0))
             for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}
 
 
 def capped_edges(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
     """The edges :func:`edge_depth` builds below their safe depth (reconvergent fan-outs capped at
     ``max_fifo_depth``): label -> (depth built, safe depth, None where it is dynamic)."""
-    joins = join_inputs(graph)
+    joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
     out = {}
     for label, safe in fifo_depths(graph, fifo_depth, bindings).items():
-        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins)
+        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0))
         if safe > built:
             out[label] = (built, None if safe >= UNBOUNDED else safe)
     return out

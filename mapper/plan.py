@@ -20,7 +20,7 @@ from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
 from .design import Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
     pack_config, tile_bytes
 from .fabric import Fabric, FabricError, static_size
-from .fifo import UNBOUNDED, capped_edges, edge_depth, fifo_depths, join_inputs
+from .fifo import UNBOUNDED, capped_edges, edge_depth, fifo_depths, join_inputs, whole_chunk_edges
 from .fusion import unit_label, units as fused_units
 from .pools import check_pool, pool_pages, tile_pools
 
@@ -72,6 +72,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         for n in u.nodes:
             node_unit[n] = u
     depths = fifo_depths(graph, fabric.fifo_depth, bindings)
+    chunks = whole_chunk_edges(graph, bindings)
     joins = join_inputs(graph)
     edges, sinks = [], []
     made = {u.name: make_unit(u) for u in units}
@@ -95,7 +96,8 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
                               f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
                               f"({dfmt.payload}, max_rank {dfmt.max_rank})")
-        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth, ref.label in joins)
+        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth, ref.label in joins,
+                       chunks.get(ref.label, 0))
         if depths[ref.label] > d:
             notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
                          f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "

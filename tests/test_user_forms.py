@@ -76,3 +76,37 @@ def test_user_form_maps_and_runs_bit_exact(program):
     # the model times the same lowering
     m = model(w, lowered=prep.lowered)
     assert abs(m.cycles / res.cycles - 1) < 0.25, (m.cycles, res.cycles)
+
+
+def two_pass(n=80):
+    """``y = x - sum(x)`` over ``n`` rows: one branch of the split stream waits for a reduction over all of it,
+    so the other must hold every row meanwhile (``2n + 1`` tokens, more than the fabric's 64-deep FIFO)."""
+    from step_hdl.functions import fn
+    g = Graph("two_pass")
+    g.tensor("x", n, 4, "int16"), g.tensor("y", n, 4, "int32")
+    x = g.load("x", tile=(1, 4), out_shape=[1, n], stride=[0, 1], name="load_x")
+    a, r, b = g.broadcast(x, 3, name="split")
+    total = g.reshape(g.accum(b, "add", fn("zeros", rows=1, cols=4, dtype="int32"), rank=1, name="total"), 0, 1,
+                      name="total_1")
+    g.store(g.map([a, g.expand(total, r, rank=1, name="each")], "sub", name="centre"), "y", tile=(1, 4),
+            name="store_y")
+    return g, {"x": _ints(n, 4)}
+
+
+def test_a_branch_that_holds_a_whole_stream_gets_a_fifo_that_holds_it():
+    """The two-pass program deadlocked with the reconvergent FIFO capped at max_fifo_depth (64); the mapper now
+    sizes the branches that hold a chunk another branch takes whole (161 tokens: 256 deep), and nothing else
+    (two matmuls buffering one operand side by side keep 64: the built-in workloads' FIFOs are unchanged)."""
+    from step_hdl.mapper.fifo import whole_chunk_edges
+    w = workload(*two_pass())
+    prep = prepare(w, 4)
+    depth = {e.label: e.depth for e in prep.design.edges}
+    assert depth["split.out0"] == depth["split.out1"] == 256 and depth["split.out2"] == 64
+    res = run_rtl(prep, "amaranth")
+    assert res.outputs_match, res.mismatches
+    assert model(w, lowered=prep.lowered).cycles > 0          # no deadlock in the model either
+    from step_hdl.workloads import swiglu
+    sw = swiglu(16, 64, 128, 8, 4, "int16")
+    from step_hdl.flow import lower
+    lo = lower(sw, 4)
+    assert whole_chunk_edges(lo.graph, lo.bindings) == {}
