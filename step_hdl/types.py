@@ -116,7 +116,7 @@ def parse_dim(text: str) -> Dim:
             names.setdefault(token, dyn(token))
     try:
         expr = sympy.sympify(cleaned, locals={**names, **_DIM_FUNCTIONS})
-    except (sympy.SympifyError, SyntaxError, TypeError, AttributeError) as exc:
+    except (sympy.SympifyError, SyntaxError, TypeError, AttributeError):
         # sympy's own message quotes its parser's internals; say what a dimension may be instead
         raise StepTypeError(f"cannot parse dimension {text!r}: expected an integer >= 0, a name such as 'N' "
                             f"(ragged: \"L'\") or an expression of them such as '4*N' or 'ceiling(N/4)'") from None

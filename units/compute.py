@@ -338,7 +338,7 @@ class Map(StepUnit):
         for name in p.fns:
             for key, (reg, fn, width, init) in p.hw(name).decoded(p.in0_tile, p.out_tile).items():
                 regs[key] = self.regs.decoded(m, self.cfg, reg, fn, init, width)
-        i0, o = self.i0, self.o
+        i0 = self.i0
         i1 = self.i1 if p.binary else None
         out_tile = p.out_tile
         a = TileVal.of(p.in0_tile, i0.payload.payload)

@@ -62,7 +62,7 @@ from step_hdl.errors import StepTypeError
 import numpy as np
 
 from step_hdl import floats as floats_ref
-from step_hdl.floats import FP32, GROUP, fmt_of
+from step_hdl.floats import FP32, GROUP, Format, fmt_of
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
@@ -208,7 +208,7 @@ class HwFn:
         raise NotImplementedError
 
 
-def fmt(t) -> "Format":
+def fmt(t) -> Format:
     """The float format of a tile (or TileVal) of bf16 or fp32 elements."""
     return fmt_of(getattr(t, "tile", t).dtype)
 

@@ -137,7 +137,6 @@ class EagerMerge(Variadic):
         p, n = self.p("rank"), self.p("n")
         if n < 1:
             raise self.shape_error(f"n must be >= 1, got {n}")
-        first = self.t("in0")
         total = ZERO
         for i in range(n):
             port = f"in{i}"
