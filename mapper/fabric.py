@@ -62,6 +62,11 @@ class Fabric(Params):
         Cap on an edge FIFO; a reconvergent fan-out whose safe depth is larger
         gets this depth and relies on balanced paths (a deadlock is reported
         by the simulation's watchdog otherwise).
+    chunk_fifo_depth : int
+        The deepest FIFO the mapper builds, beyond ``max_fifo_depth``, for a
+        fan-out branch that must hold a whole chunk while another branch takes
+        it whole (``x - sum(x)``: :func:`step_hdl.mapper.fifo.whole_chunk_edges`);
+        0: none (such a branch gets ``max_fifo_depth``).
     burst_bytes : int
         The memory's block (the DRAM presets' ``request_bytes``, 64): linear
         loads and stores move the consecutive tiles of one aligned block in one
@@ -101,6 +106,7 @@ class Fabric(Params):
     matmul_rows: int = param(0, minimum=0)
     accum_positions: int = param(64, minimum=1, merge="max")
     max_fifo_depth: int = param(64, minimum=1, merge="max")
+    chunk_fifo_depth: int = param(1024, minimum=0, merge="max")
     burst_bytes: int = param(64, minimum=0, merge="max")
     pools: bool = param(True, flag=True, merge="all")
     pool_pages: int = param(0, merge="max")

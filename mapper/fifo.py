@@ -107,12 +107,8 @@ def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) ->
     return depths
 
 
-#: the deepest FIFO the mapper sizes for a branch that holds a whole chunk (:func:`whole_chunk_edges`); a
-#: longer chunk keeps the fabric's ``max_fifo_depth`` and a deadlock names the edge
-MAX_CHUNK_FIFO = 1024
-
-
-def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = False, chunk: int = 0) -> int:
+def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = False, chunk: int = 0,
+               chunk_fifo_depth: int = 0) -> int:
     """The depth an edge's FIFO is built with, from its safe depth (:func:`fifo_depths`) and whether it is
     one of :func:`join_inputs`.
 
@@ -120,10 +116,10 @@ def edge_depth(safe: int, fifo_depth: int, max_fifo_depth: int, join: bool = Fal
     join input gets the fabric's deep FIFO, ``max_fifo_depth``, whatever its safe depth: one depth for
     every program, so a sweep shares the build. Its safe depth may be more, which the mapping report notes
     and the watchdog catches if the paths really are unbalanced; but a branch that must hold a whole chunk
-    (``chunk``: its tokens, :func:`whole_chunk_edges`) gets a FIFO that holds it, a power of two, up to
-    :data:`MAX_CHUNK_FIFO`.
+    (``chunk``: its tokens, :func:`whole_chunk_edges`) gets a FIFO that holds it, a power of two, up to the
+    fabric's ``chunk_fifo_depth`` (a longer chunk keeps ``max_fifo_depth``, and a deadlock names the edge).
     """
-    if max_fifo_depth < chunk <= MAX_CHUNK_FIFO:
+    if max_fifo_depth < chunk and 1 << (chunk - 1).bit_length() <= chunk_fifo_depth:
         return 1 << (chunk - 1).bit_length()
     return max_fifo_depth if join or safe > fifo_depth else fifo_depth
 
@@ -141,20 +137,23 @@ def join_inputs(graph: Graph) -> set[str]:
             if graph.nodes[consumer].kind == "Reassemble" and port != "sel"}
 
 
-def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
+def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
+                  chunk_fifo_depth: int = 0) -> dict:
     """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
     joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
-    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0))
+    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0),
+                              chunk_fifo_depth)
             for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}
 
 
-def capped_edges(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None) -> dict:
+def capped_edges(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
+                 chunk_fifo_depth: int = 0) -> dict:
     """The edges :func:`edge_depth` builds below their safe depth (reconvergent fan-outs capped at
     ``max_fifo_depth``): label -> (depth built, safe depth, None where it is dynamic)."""
     joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
     out = {}
     for label, safe in fifo_depths(graph, fifo_depth, bindings).items():
-        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0))
+        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0), chunk_fifo_depth)
         if safe > built:
             out[label] = (built, None if safe >= UNBOUNDED else safe)
     return out

@@ -66,13 +66,13 @@ class Lowered:
         (:func:`~step_hdl.mapper.fifo.capped_depths` on the lowered graph, ``bindings`` beside its own): the
         source graph's edges keep their labels, so the model reads its FIFOs here."""
         return capped_depths(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
-                             {**self.bindings, **(bindings or {})})
+                             {**self.bindings, **(bindings or {})}, self.fabric.chunk_fifo_depth)
 
     def capped(self, bindings: dict | None = None) -> dict:
         """The edges whose FIFO the plan builds below its safe depth
         (:func:`~step_hdl.mapper.fifo.capped_edges`): label -> (depth built, safe depth or None)."""
         return capped_edges(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
-                            {**self.bindings, **(bindings or {})})
+                            {**self.bindings, **(bindings or {})}, self.fabric.chunk_fifo_depth)
 
     def layout(self, bindings: dict | None = None) -> dict | None:
         """Tensor name -> byte address where the program lays the tensor out off chip

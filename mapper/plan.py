@@ -97,7 +97,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
                               f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
                               f"({dfmt.payload}, max_rank {dfmt.max_rank})")
         d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth, ref.label in joins,
-                       chunks.get(ref.label, 0))
+                       chunks.get(ref.label, 0), fabric.chunk_fifo_depth)
         if depths[ref.label] > d:
             notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
                          f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "
@@ -110,7 +110,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     built_units(design, made)
     program = configure(design, graph, bindings, tensor_order, sources)
     program.notes = notes
-    program.capped = capped_edges(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings)
+    program.capped = capped_edges(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings, fabric.chunk_fifo_depth)
     program.pools = [p.report(pool_pages(p, fabric), _entry_bytes(made[node_unit[p.buffers[0]].name]), bindings)
                      for p in pools]
     return design, program

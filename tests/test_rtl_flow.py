@@ -190,7 +190,7 @@ def test_fifo_depth_of_a_reconvergent_fan_out_avoids_the_deadlock():
 
 def test_deadlock_names_the_stuck_channels():
     w = _unbalanced()
-    fab = shared_fabric([w], 4, max_fifo_depth=2)
+    fab = shared_fabric([w], 4, max_fifo_depth=2, chunk_fifo_depth=0)      # (no FIFO sized for the row)
     prep = prepare(w, fab)
     assert {e.label: e.depth for e in prep.design.edges}["fan.out0"] == 2
     with pytest.raises(Deadlock, match=r"(?s)stopped after \d+ cycles \(hung\).*channels holding undelivered "
@@ -198,7 +198,7 @@ def test_deadlock_names_the_stuck_channels():
         run(prep, "amaranth")
     assert isinstance(err.value, StepDeadlockError) and err.value.pending["fan.out0"] > 0
     # the watchdog's idle window is the fabric's: a shorter one stops the same deadlock sooner
-    quick = prepare(w, shared_fabric([w], 4, max_fifo_depth=2, watchdog=64))
+    quick = prepare(w, shared_fabric([w], 4, max_fifo_depth=2, chunk_fifo_depth=0, watchdog=64))
     assert quick.design.watchdog == 64 and Fabric.from_json(quick.design.fabric.to_json()).watchdog == 64
     with pytest.raises(Deadlock, match="moved for 64 cycles") as err2:
         run(quick, "amaranth")
