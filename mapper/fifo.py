@@ -38,6 +38,24 @@ def _reach(graph: Graph, start: str, succ) -> set[str]:
     return seen
 
 
+def _fan_outs(graph: Graph):
+    """Each node with several outputs, with the nodes each output reaches (label -> names, its consumer
+    included), not through a cycle's back edge: a cycle's paths are bounded by its credits (the EagerMerge that
+    closes it), not by FIFOs."""
+    succ: dict[str, list[str]] = {}
+    for ref, consumer, _ in graph.edges():
+        if graph.nodes[consumer].kind != "Feedback":
+            succ.setdefault(ref.node.name, []).append(consumer)
+    for node in graph.nodes.values():
+        if len(node.out_types) < 2:
+            continue
+        reach = {}
+        for ref in node.outputs:
+            consumer = next(c for r, c, _ in graph.edges() if r.label == ref.label)
+            reach[ref.label] = _reach(graph, consumer, succ) | {consumer}
+        yield node, reach
+
+
 def _chunk_held(node, stream_type, bindings) -> int | None:
     """Elements of one chunk that ``node`` (an Accum or Bufferize) takes whole before it emits anything, when its
     input has the shape of ``stream_type`` (the fan-out's stream, passed on element for element); None
@@ -56,18 +74,8 @@ def whole_chunk_edges(graph: Graph, bindings: dict | None = None) -> dict[str, i
     fan-out takes a chunk whole (an Accum or a Bufferize on the same stream: a sum over a row that every element
     of the row then uses, as in ``x - mean(x)``) before the branches meet again, so this one holds every element
     of that chunk meanwhile. Label -> its depth: the chunk's tokens (elements, a stop each, done)."""
-    succ: dict[str, list[str]] = {}
-    for ref, consumer, _ in graph.edges():
-        if graph.nodes[consumer].kind != "Feedback":
-            succ.setdefault(ref.node.name, []).append(consumer)
     need: dict = {}
-    for node in graph.nodes.values():
-        if len(node.out_types) < 2:
-            continue
-        reach = {}
-        for ref in node.outputs:
-            consumer = next(c for r, c, _ in graph.edges() if r.label == ref.label)
-            reach[ref.label] = _reach(graph, consumer, succ) | {consumer}
+    for node, reach in _fan_outs(graph):
         held = {}
         for label, mine in reach.items():
             st = node.out_types[label.split(".")[1]]
@@ -85,19 +93,8 @@ def whole_chunk_edges(graph: Graph, bindings: dict | None = None) -> dict[str, i
 
 def fifo_depths(graph: Graph, default: int = 2, bindings: dict | None = None) -> dict[str, int]:
     """Depth of every edge (keyed ``producer.port``): ``default``, or more on reconvergent fan-outs."""
-    succ: dict[str, list[str]] = {}
-    for ref, consumer, _ in graph.edges():
-        if graph.nodes[consumer].kind != "Feedback":
-            # a cycle's paths are bounded by its credits (the EagerMerge that closes it), not by FIFOs
-            succ.setdefault(ref.node.name, []).append(consumer)
     depths = {ref.label: default for ref, _, _ in graph.edges()}
-    for node in graph.nodes.values():
-        if len(node.out_types) < 2:
-            continue
-        reach = {}
-        for ref in node.outputs:
-            consumer = next(c for r, c, _ in graph.edges() if r.label == ref.label)
-            reach[ref.label] = _reach(graph, consumer, succ) | {consumer}
+    for node, reach in _fan_outs(graph):
         for label, mine in reach.items():
             others = set().union(*(r for l2, r in reach.items() if l2 != label))
             if mine & others:
