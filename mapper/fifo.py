@@ -57,10 +57,10 @@ def _fan_outs(graph: Graph):
 
 
 def _chunk_held(node, stream_type, bindings) -> int | None:
-    """Elements of one chunk that ``node`` (an Accum or Bufferize) takes whole before it emits anything, when its
-    input has the shape of ``stream_type`` (the fan-out's stream, passed on element for element); None
-    otherwise or when that size is dynamic."""
-    if node.kind not in ("Accum", "Bufferize") or "in" not in node.inputs:
+    """Elements of one chunk that ``node`` takes whole before it emits anything (``takes_chunks``: an Accum, a
+    Bufferize), when its input has the shape of ``stream_type`` (the fan-out's stream, passed on element for
+    element); None otherwise or when that size is dynamic."""
+    if not node.takes_chunks or "in" not in node.inputs:
         return None
     st = node.inputs["in"].type
     if tuple(st.shape) != tuple(stream_type.shape):

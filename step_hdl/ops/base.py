@@ -122,6 +122,8 @@ class Op:
     None), ``addressed`` (it takes each tile's address from a stream: a random load or store), ``routes``
     (it routes tokens by a selector), ``buffers`` (its hardware holds a whole chunk before reading it out),
     ``breaks_cycles`` (it emits without waiting for its cyclic input, so a cycle through it is well formed),
+    ``takes_chunks`` (it takes a whole chunk of its input before it emits anything for it: an Accum's sum, a
+    Bufferize's buffer),
     ``computes`` (it applies a function to tiles: its cost is the function's), ``unit`` (the family of
     hardware unit that runs it, the name of the mapper's adapter; None: none yet) and ``wire`` (it needs no
     unit at all: a sink or a wire).
@@ -136,6 +138,7 @@ class Op:
     routes = False
     buffers = False
     breaks_cycles = False
+    takes_chunks = False
     computes = False
     unit: str | None = None
     wire = False

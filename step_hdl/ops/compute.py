@@ -153,6 +153,7 @@ class Accum(_Reduce):
 
     kind = "Accum"
     computes = True
+    takes_chunks = True
     unit = "accum"
     params_spec = {**_Reduce.params_spec, "keep": ("int", 0)}
 

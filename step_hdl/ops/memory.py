@@ -244,6 +244,7 @@ class Bufferize(Op):
     kind = "Bufferize"
     buffers = True
     breaks_cycles = True
+    takes_chunks = True
     unit = "buffer"
     params_spec = {"rank": ("int",)}
 
