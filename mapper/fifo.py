@@ -15,8 +15,9 @@ structural only up to the fabric's ``max_fifo_depth``, except where a branch
 must hold a whole chunk that another branch of its fan-out takes whole first
 (:func:`whole_chunk_edges`: ``x - sum(x)``), which gets a FIFO that holds it; :func:`join_inputs` (the
 inputs of an in-order Reassemble) get that deep FIFO too, for throughput.
-:func:`capped_depths` gives it for every edge. The plan (``mapper.plan``)
-and the approximate model (``sim.model``) both take their FIFO depths from it.
+:func:`edge_fifos` gives it, beside the safe bound, for every edge. The plan
+(``mapper.plan``) and the approximate model (``sim.model``) both take their FIFO
+depths from it.
 """
 
 from __future__ import annotations
@@ -134,26 +135,29 @@ def join_inputs(graph: Graph) -> set[str]:
             if graph.nodes[consumer].kind == "Reassemble" and port != "sel"}
 
 
-def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
-                  chunk_fifo_depth: int = 0) -> dict:
-    """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
+def edge_fifos(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
+               chunk_fifo_depth: int = 0) -> dict[str, tuple[int, int]]:
+    """Every edge of ``graph`` (keyed ``producer.port``): ``(depth built, safe depth)``, the first by
+    :func:`edge_depth`, the second by :func:`fifo_depths`. The plan builds these; :func:`capped_depths` and
+    :func:`capped_edges` are what the model and a deadlock's message read of them."""
     joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
-    return {label: edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0),
-                              chunk_fifo_depth)
+    return {label: (edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0),
+                               chunk_fifo_depth), safe)
             for label, safe in fifo_depths(graph, fifo_depth, bindings).items()}
 
 
-def capped_edges(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
-                 chunk_fifo_depth: int = 0) -> dict:
-    """The edges :func:`edge_depth` builds below their safe depth (reconvergent fan-outs capped at
-    ``max_fifo_depth``): label -> (depth built, safe depth, None where it is dynamic)."""
-    joins, chunks = join_inputs(graph), whole_chunk_edges(graph, bindings)
-    out = {}
-    for label, safe in fifo_depths(graph, fifo_depth, bindings).items():
-        built = edge_depth(safe, fifo_depth, max_fifo_depth, label in joins, chunks.get(label, 0), chunk_fifo_depth)
-        if safe > built:
-            out[label] = (built, None if safe >= UNBOUNDED else safe)
-    return out
+def capped_depths(graph: Graph, fifo_depth: int, max_fifo_depth: int, bindings: dict | None = None,
+                  chunk_fifo_depth: int = 0) -> dict:
+    """:func:`edge_depth` of every edge of ``graph`` (keyed ``producer.port``)."""
+    return {label: built for label, (built, _) in
+            edge_fifos(graph, fifo_depth, max_fifo_depth, bindings, chunk_fifo_depth).items()}
+
+
+def capped_edges(fifos: dict) -> dict:
+    """The edges of ``fifos`` (:func:`edge_fifos`) built below their safe depth (reconvergent fan-outs capped
+    at ``max_fifo_depth``): label -> (depth built, safe depth, None where it is dynamic)."""
+    return {label: (built, None if safe >= UNBOUNDED else safe)
+            for label, (built, safe) in fifos.items() if safe > built}
 
 
 def capped_hints(capped: dict, held) -> list[str]:

@@ -25,7 +25,7 @@ from step_hdl.interp import run
 
 from .binding import Binding, bind
 from .fabric import Fabric
-from .fifo import capped_depths, capped_edges
+from .fifo import edge_fifos
 from .plan import offchip_layout
 from .sizing import FitFabric
 from .tiling import tile_physical
@@ -61,18 +61,16 @@ class Lowered:
     source: Graph | None = None
     bindings: dict = field(default_factory=dict)
 
-    def depths(self, bindings: dict | None = None) -> dict:
-        """The depth of every edge's FIFO (keyed ``producer.port``), as the plan builds it
-        (:func:`~step_hdl.mapper.fifo.capped_depths` on the lowered graph, ``bindings`` beside its own): the
+    def fifos(self, bindings: dict | None = None) -> dict:
+        """Every edge's FIFO as the plan builds it, ``(depth built, safe depth)`` keyed ``producer.port``
+        (:func:`~step_hdl.mapper.fifo.edge_fifos` on the lowered graph, ``bindings`` beside its own): the
         source graph's edges keep their labels, so the model reads its FIFOs here."""
-        return capped_depths(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
-                             {**self.bindings, **(bindings or {})}, self.fabric.chunk_fifo_depth)
+        return edge_fifos(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
+                          {**self.bindings, **(bindings or {})}, self.fabric.chunk_fifo_depth)
 
-    def capped(self, bindings: dict | None = None) -> dict:
-        """The edges whose FIFO the plan builds below its safe depth
-        (:func:`~step_hdl.mapper.fifo.capped_edges`): label -> (depth built, safe depth or None)."""
-        return capped_edges(self.graph, self.fabric.fifo_depth, self.fabric.max_fifo_depth,
-                            {**self.bindings, **(bindings or {})}, self.fabric.chunk_fifo_depth)
+    def depths(self, bindings: dict | None = None) -> dict:
+        """The depth of every edge's FIFO (keyed ``producer.port``), as the plan builds it (:meth:`fifos`)."""
+        return {label: built for label, (built, _) in self.fifos(bindings).items()}
 
     def layout(self, bindings: dict | None = None) -> dict | None:
         """Tensor name -> byte address where the program lays the tensor out off chip

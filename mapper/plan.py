@@ -20,7 +20,7 @@ from .adapters import ConfigContext, adapter_for, adapter_of_unit, mapped_kinds
 from .design import Design, EdgeSpec, PoolSpec, Program, SinkSpec, UnitSpec, built_units, make_unit, \
     pack_config, tile_bytes
 from .fabric import Fabric, FabricError, static_size
-from .fifo import UNBOUNDED, capped_edges, edge_depth, fifo_depths, join_inputs, whole_chunk_edges
+from .fifo import UNBOUNDED, capped_edges, edge_fifos
 from .fusion import unit_label, units as fused_units
 from .pools import check_pool, pool_pages, tile_pools
 
@@ -71,9 +71,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
         units.append(u)
         for n in u.nodes:
             node_unit[n] = u
-    depths = fifo_depths(graph, fabric.fifo_depth, bindings)
-    chunks = whole_chunk_edges(graph, bindings)
-    joins = join_inputs(graph)
+    fifos = edge_fifos(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings, fabric.chunk_fifo_depth)
     edges, sinks = [], []
     made = {u.name: make_unit(u) for u in units}
     for ref, consumer, port in graph.edges():
@@ -96,11 +94,10 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
             raise FabricError(f"edge {ref.label} -> {consumer}.{port}: the producer's token layout "
                               f"({sfmt.payload}, max_rank {sfmt.max_rank}) differs from the consumer's "
                               f"({dfmt.payload}, max_rank {dfmt.max_rank})")
-        d = edge_depth(depths[ref.label], fabric.fifo_depth, fabric.max_fifo_depth, ref.label in joins,
-                       chunks.get(ref.label, 0), fabric.chunk_fifo_depth)
-        if depths[ref.label] > d:
+        d, safe = fifos[ref.label]
+        if safe > d:
             notes.append(f"edge {ref.label}: FIFO depth {d} below the safe bound "
-                         f"{'unbounded' if depths[ref.label] >= UNBOUNDED else depths[ref.label]} "
+                         f"{'unbounded' if safe >= UNBOUNDED else safe} "
                          f"(reconvergent fan-out; fine when the paths are balanced)")
         edges.append(EdgeSpec(ref.label, src_u.name, sport, dst_u.name, dport, d, sfmt.width))
     for made_unit in made.values():
@@ -110,7 +107,7 @@ def plan(graph: Graph, fabric: Fabric, name: str = "fabric", bindings: dict | No
     built_units(design, made)
     program = configure(design, graph, bindings, tensor_order, sources)
     program.notes = notes
-    program.capped = capped_edges(graph, fabric.fifo_depth, fabric.max_fifo_depth, bindings, fabric.chunk_fifo_depth)
+    program.capped = capped_edges(fifos)
     program.pools = [p.report(pool_pages(p, fabric), _entry_bytes(made[node_unit[p.buffers[0]].name]), bindings)
                      for p in pools]
     return design, program

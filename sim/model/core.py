@@ -114,7 +114,7 @@ from step_hdl import ops
 from step_hdl.errors import StepDeadlockError, StepRuntimeError, where
 from step_hdl.functions import ShapeOnly
 from step_hdl.interp import Context, bindings_of
-from step_hdl.mapper.fifo import capped_hints
+from step_hdl.mapper.fifo import capped_edges, capped_hints
 from step_hdl.mapper.latency import chain_latency
 from step_hdl.mapper.tiling import (BLOCKS, ELEMENTWISE, ROW_REDUCE, ROWS, row_blocks, counted_streams, in_row_blocks,
                                     physical_tiles, row_tiled, stream_tokens)
@@ -442,11 +442,9 @@ def _take(io, port, ch, tok, lead, end):
             # a unit that was free starts on the first piece as it arrives, though the token (a tile whose
             # rows a unit upstream passed on as they came) was only whole later
             io.first = max(lead, io.free)
-        tail = io.port_tail.get(port)
-        if tail is not None and end + tail > io.avail:
-            io.avail = end + tail
-        elif end > io.avail:
-            io.avail = end
+        last = end + io.port_tail.get(port, 0)
+        if last > io.avail:
+            io.avail = last
         if end > io.whole and port not in io.streamed:
             io.whole = end
 
@@ -672,9 +670,10 @@ class Model:
                 for d, n in ((spec.rows, arr.shape[0]), (spec.cols, arr.shape[1])):
                     if d.is_Symbol:
                         bind[d] = n
-        self.depths = depths or lowered.depths(bind)
+        fifos = {} if depths else lowered.fifos(bind)
+        self.depths = depths or {label: built for label, (built, _) in fifos.items()}
         # the FIFOs the plan caps below what their stream may hold: a deadlock names them
-        self.capped = {} if depths else lowered.capped(bind)
+        self.capped = capped_edges(fifos)
         self.dram = Dram(params.dram)
         self.memory = TimedMemory(graph, tensors or {}, self.dram, bind, timing_only, lowered.layout(bind))
         self.memory.tile = params.tile
