@@ -275,11 +275,23 @@ def group_sum(m, terms) -> Value:
     return add(m, add(m, t0, t1, FP32, FP32, FP32), add(m, t2, t3, FP32, FP32, FP32), FP32, FP32, FP32)
 
 
+def _padded(terms) -> list:
+    """``terms`` (fp32 elements) with zeros up to whole groups of four."""
+    terms = list(terms)
+    return terms + [Const(0, 32)] * (-len(terms) % 4)
+
+
+def group_sums(m, terms) -> list:
+    """The :func:`group_sum` of each four of ``terms`` (fp32 elements; the last group padded with zeros): what a
+    unit hands to a running sum that goes on over more terms (a float matmul's or row sum's pieces)."""
+    terms = _padded(terms)
+    return [group_sum(m, terms[k:k + 4]) for k in range(0, len(terms), 4)]
+
+
 def fp32_sum(m, terms, acc=None) -> Value:
     """The running fp32 sum ``acc`` plus ``terms`` (fp32 elements) in the fixed order: groups of four
     (the last padded with zeros), each :func:`group_sum` added to the sum in index order."""
-    terms = list(terms)
-    terms += [Const(0, 32)] * (-len(terms) % 4)
+    terms = _padded(terms)
     acc = Const(0, 32) if acc is None else acc
     for k in range(0, len(terms), 4):
         acc = add(m, acc, group_sum(m, terms[k:k + 4]), FP32, FP32, FP32)

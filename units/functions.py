@@ -62,7 +62,7 @@ from step_hdl.errors import StepTypeError
 import numpy as np
 
 from step_hdl import floats as floats_ref
-from step_hdl.floats import FP32, GROUP, Format, fmt_of
+from step_hdl.floats import FP32, Format, fmt_of
 from step_hdl.functions import EXP2_A, LOG2E_Q14, Fn, fn as make_fn
 from step_hdl.types import DType, Tile, dtype as make_dtype
 
@@ -449,9 +449,8 @@ class MatMul(HwFn):
         for a_row in rows:
             for j in range(n_dim):
                 prods = [hf.mul(m, a_row[k], b_el(k, j), fa, fb, FP32) for k in range(k_dim)]
-                prods += [Const(0, 32)] * (-k_dim % GROUP)
                 if self.groups:
-                    res += [hf.group_sum(m, prods[g:g + GROUP]) for g in range(0, len(prods), GROUP)]
+                    res += hf.group_sums(m, prods)
                 else:
                     res.append(hf.convert(m, hf.fp32_sum(m, prods), FP32, fo))
         return res
@@ -670,13 +669,9 @@ class RowGroupSums(HwFn):
     float_formats = ("bf16", "fp32")
 
     def build(self, m, a, b, out, regs):
-        fa, zero = fmt(a), Const(0, 32)
-        res = []
-        for r in range(a.rows):
-            line = [hf.convert(m, a.elems[r * a.cols + c], fa, FP32) for c in range(a.cols)]
-            line += [zero] * (-len(line) % GROUP)
-            res += [hf.group_sum(m, line[k:k + GROUP]) for k in range(0, len(line), GROUP)]
-        return res
+        fa = fmt(a)
+        return [g for r in range(a.rows)
+                for g in hf.group_sums(m, [hf.convert(m, a.elems[r * a.cols + c], fa, FP32) for c in range(a.cols)])]
 
 
 class ColSum(_AxisReduce):

@@ -200,26 +200,25 @@ class _Tracker(wiring.Component):
     def __init__(self, shape: MemPortShape, sbits: int, max_inflight: int, ack_bits: int = 0,
                  writes: bool = False, event_ack: bool = False, buffered: bool = False, stops: bool = True):
         self.shape, self.sbits, self.max_inflight, self.ack_bits = shape, sbits, max_inflight, ack_bits
-        self.writes, self.event_ack, self.buffered, self.stops = writes, event_ack, buffered, stops
+        self.writes, self.event_ack, self.buffered = writes, event_ack, buffered
         # ``stops``: the events carry stops and block ends; a unit whose events never do (the linear store)
         # leaves the fields out rather than driving them with constants
-        marks = {"stop": sbits, "done": 1, "end": 1, "eager": 1} if stops else {"done": 1}
-        fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, **marks}
+        self.marks = {"stop": sbits, "done": 1, "end": 1, "eager": 1} if stops else {"done": 1}
+        fields = {"mem": 1, "addr": shape.addr_bits, "words": shape.words_bits, **self.marks}
         if writes:
             fields["wdata"] = shape.data_bits
         if event_ack:
             fields["ack"] = ack_bits
         self.ev_layout = data.StructLayout(fields)
-        self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, **marks})
+        self.o_layout = data.StructLayout({"payload": ack_bits or shape.data_bits, **self.marks})
         super().__init__({"ev": In(stream.Signature(self.ev_layout)), "o": Out(stream.Signature(self.o_layout)),
                           "mem": Out(MemPortSignature(shape))})
 
     def elaborate(self, platform):
         m = Module()
         s = self.shape
-        marks = ("stop", "done", "end", "eager") if self.stops else ("done",)
-        q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits),
-                                      **{k: self.sbits if k == "stop" else 1 for k in marks}})
+        marks = self.marks
+        q_layout = data.StructLayout({"mem": 1, "ack": max(1, self.ack_bits), **marks})
         order = fifo.SyncFIFOBuffered if self.buffered else fifo.SyncFIFO
         m.submodules.order = q = order(width=q_layout.size, depth=self.max_inflight + 2)
         m.submodules.resp = rf = fifo.SyncFIFO(width=1 if self.ack_bits else s.data_bits, depth=self.max_inflight)
