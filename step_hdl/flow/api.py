@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from types import SimpleNamespace
 
 from step_hdl.mapper import prepare as mapping
@@ -159,7 +160,7 @@ class SimRun:
             return None
         return (self.model.cycles - self.rtl.cycles) / max(1, self.rtl.cycles)
 
-    @property
+    @cached_property
     def expected_mismatches(self) -> dict[str, str]:
         """How the RTL's outputs differ from the workload's expected ones (a graph file's ``expected.<tensor>``,
         a built-in workload's numpy reference), as :meth:`Workload.mismatches` says for ``run``; empty if they

@@ -103,19 +103,19 @@ def cmd_metrics(args) -> int:
     from step_hdl.metrics import metrics, workload_values
     if args.workload == GRAPH and args.inputs is None:
         # symbolic metrics need no data: the expressions, and their values where no size is dynamic
-        from step_hdl.workloads.files import InputError, load_graph
+        from step_hdl.workloads.files import load_graph
         w, graph, values = None, load_graph(args.path), {}
-        m = metrics(graph)
-        dynamic = sorted({str(s) for k in ("offchip_bytes", "onchip_bytes", "flops")
-                          for s in getattr(m, k).free_symbols})
-        if dynamic and not args.symbolic:
-            raise InputError(f"graph '{graph.name}' has dynamic sizes ({', '.join(dynamic)}): give their values "
-                             f"(binding.<symbol>, or the inputs that set them, in --inputs INPUTS.npz) or ask for "
-                             f"the expressions with --symbolic")
     else:
         w = _workload(args)
         graph, values = w.graph, dict(w.subs)
-        m = metrics(graph)
+    m = metrics(graph)
+    dynamic = [] if w is not None or args.symbolic else \
+        sorted({str(s) for k in ("offchip_bytes", "onchip_bytes", "flops") for s in getattr(m, k).free_symbols})
+    if dynamic:
+        from step_hdl.workloads.files import InputError
+        raise InputError(f"graph '{graph.name}' has dynamic sizes ({', '.join(dynamic)}): give their values "
+                         f"(binding.<symbol>, or the inputs that set them, in --inputs INPUTS.npz) or ask for "
+                         f"the expressions with --symbolic")
     observed = False
     if w is not None and not args.symbolic:
         # dynamic sizes not given by the workload: observed in an interpreter run
